@@ -1,0 +1,111 @@
+"""The Inductor custom pass: ``torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_``.
+
+The pass runs after Inductor's post-grad pattern passes and before its own
+``reinplace_inplaceable_ops`` / ``decompose_auto_functionalized``, which then
+find nothing left to do. The in-place calls it creates have no users, so
+nothing after it may run dead-code elimination over them; Inductor's own
+pipeline does not (it treats mutating operators as impure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import torch.fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from . import _core
+from .report import Report
+from .rewrite import rewrite, strict_from_env
+
+__all__ = ["ComposedPass", "Pass", "compose", "pass_"]
+
+
+@cache
+def _native_build_id() -> str:
+    """Hash of the native module file: a rebuilt engine is a new cache key."""
+    path = getattr(_core, "__file__", None)
+    if not path or not os.path.exists(path):
+        return "unknown"
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+class Pass(CustomGraphPass):
+    """fxrewrite as an Inductor post-grad pass.
+
+    Arguments:
+        strict: raise instead of leaving nodes (or the whole graph) to Inductor.
+            Defaults to the ``FXREWRITE_STRICT`` environment switch.
+
+    ``last_report`` holds the report of the most recent graph (per pass
+    object; concurrent compiles may interleave, so prefer ``reports``).
+    """
+
+    def __init__(self, *, strict: bool | None = None) -> None:
+        self.strict = strict
+        self.last_report: Report | None = None
+        self.reports: list[Report] = []
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        report = rewrite(graph, strict=self._strict())
+        self.last_report = report
+        self.reports.append(report)
+        del self.reports[:-64]
+
+    def _strict(self) -> bool:
+        return strict_from_env() if self.strict is None else self.strict
+
+    def uuid(self) -> str:
+        """Cache key: package version, native build, rule set and configuration.
+        Never None (None would turn Inductor's FX graph cache off)."""
+        from . import __version__
+
+        parts = [
+            "fxrewrite",
+            __version__,
+            _core.engine_fingerprint(),
+            _native_build_id(),
+            f"strict={self._strict()}",
+        ]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+class ComposedPass(CustomGraphPass):
+    """Several passes run in order as one; ``uuid()`` combines theirs.
+
+    A pass without a ``uuid`` (a plain function) makes the combined pass
+    uncacheable on purpose: Inductor cannot know when it changes.
+    """
+
+    def __init__(self, passes: Sequence[Callable[[torch.fx.Graph], Any]]) -> None:
+        self.passes = list(passes)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for p in self.passes:
+            p(graph)
+
+    def uuid(self) -> Any:
+        keys = []
+        for p in self.passes:
+            u = p.uuid() if hasattr(p, "uuid") else None
+            if u is None:
+                return None
+            keys.append(str(u))
+        return hashlib.sha256("|".join(keys).encode()).hexdigest()
+
+
+def compose(*passes: Callable[[torch.fx.Graph], Any]) -> ComposedPass:
+    """``compose(my_pass, fxrewrite.pass_)``: run user passes and fxrewrite as one
+    Inductor custom pass with a correct combined cache key."""
+    return ComposedPass(passes)
+
+
+pass_ = Pass()

@@ -1,0 +1,135 @@
+"""The Report: what a rewrite did to one graph, and why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CloneNote:
+    """One clone kept, and the reason it is needed."""
+
+    arg: str
+    reason: str
+    reader: str | None = None
+    reader_source: str | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happened to one auto_functionalized node."""
+
+    node: str
+    op: str
+    form: str
+    rule: str
+    action: str  # "reinplaced" | "cloned" | "left"
+    moved: list[str] = field(default_factory=list)
+    clones: list[CloneNote] = field(default_factory=list)
+    scatters_removed: int = 0
+    reason: str | None = None
+    source: str | None = None
+
+
+@dataclass
+class Report:
+    """Everything the engine decided about one graph.
+
+    ``error`` is set when the whole graph was left untouched because the pass
+    failed (non-strict mode); the graph then goes to Inductor's own passes.
+    """
+
+    nodes: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+    writebacks_removed: int = 0
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_engine(cls, data: dict[str, Any]) -> Report:
+        """Builds a report from the engine's JSON report object."""
+        decisions = [
+            Decision(
+                node=d["node"],
+                op=d["op"],
+                form=d["form"],
+                rule=d["rule"],
+                action=d["action"],
+                moved=list(d["moved"]),
+                clones=[CloneNote(**c) for c in d["clones"]],
+                scatters_removed=d["scatters_removed"],
+                reason=d["reason"],
+                source=d["source"],
+            )
+            for d in data["decisions"]
+        ]
+        return cls(nodes=data["nodes"], decisions=decisions, writebacks_removed=data["writebacks_removed"])
+
+    @property
+    def found(self) -> int:
+        """auto_functionalized nodes in the graph."""
+        return len(self.decisions)
+
+    @property
+    def reinplaced(self) -> int:
+        """Nodes rewritten with no copy."""
+        return sum(d.action == "reinplaced" for d in self.decisions)
+
+    @property
+    def cloned(self) -> int:
+        """Nodes rewritten with at least one clone."""
+        return sum(d.action == "cloned" for d in self.decisions)
+
+    @property
+    def left(self) -> list[Decision]:
+        """Nodes left untouched for Inductor."""
+        return [d for d in self.decisions if d.action == "left"]
+
+    @property
+    def clones(self) -> list[CloneNote]:
+        """Every clone kept."""
+        return [c for d in self.decisions for c in d.clones]
+
+    @property
+    def moved(self) -> int:
+        """Readers moved before their mutation instead of cloning."""
+        return sum(len(d.moved) for d in self.decisions)
+
+    @property
+    def bytes_copied(self) -> int:
+        """Bytes copied by the clones kept, where shapes are static."""
+        return sum(c.bytes or 0 for c in self.clones)
+
+    def per_op(self) -> list[dict[str, Any]]:
+        """Per-operator totals, in order of first appearance."""
+        out: dict[str, dict[str, Any]] = {}
+        for d in self.decisions:
+            s = out.setdefault(
+                d.op, {"op": d.op, "found": 0, "reinplaced": 0, "cloned": 0, "left": 0, "moved": 0, "bytes": 0}
+            )
+            s["found"] += 1
+            s[d.action] += 1
+            s["moved"] += len(d.moved)
+            s["bytes"] += sum(c.bytes or 0 for c in d.clones)
+        return list(out.values())
+
+    def summary(self) -> str:
+        """One line for logs."""
+        if self.error:
+            return f"fxrewrite: graph left untouched ({self.error})"
+        return (
+            f"fxrewrite: {self.found} auto_functionalized nodes: {self.reinplaced} re-inplaced, "
+            f"{self.cloned} with clones ({len(self.clones)} clones, {self.bytes_copied} bytes), "
+            f"{len(self.left)} left, {self.moved} readers moved, {self.writebacks_removed} write-backs removed"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """The report as JSON text."""
+        return json.dumps(self.to_dict(), indent=2)

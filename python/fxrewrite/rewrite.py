@@ -1,0 +1,102 @@
+"""``rewrite(graph)``: the whole pipeline on one fx.Graph (encode, engine, apply)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import torch.fx
+
+from . import _core
+from .apply import apply_plan
+from .encode import encode, is_auto_functionalized
+from .report import Report
+
+log = logging.getLogger("fxrewrite")
+
+
+def strict_from_env() -> bool:
+    """``FXREWRITE_STRICT=1`` turns strict mode on for every pass."""
+    return os.environ.get("FXREWRITE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
+    """Rewrites every auto_functionalized node of ``graph`` in place and
+    returns the report.
+
+    Nodes the engine cannot handle are left untouched (and reported); any
+    failure leaves the whole graph exactly as it was, logs a warning and
+    returns a report with ``error`` set. With ``strict`` (or
+    ``FXREWRITE_STRICT=1``) both raise instead.
+
+    Raises:
+        UnsupportedGraphError: strict mode, and a node was left untouched.
+        FxrewriteError: strict mode, and the rewrite failed.
+    """
+    strict = strict_from_env() if strict is None else strict
+    t0 = time.perf_counter()
+    if not any(is_auto_functionalized(n) for n in graph.nodes):
+        return Report(nodes=len(graph.nodes), timings={"total": time.perf_counter() - t0})
+    try:
+        enc = encode(graph)
+        t1 = time.perf_counter()
+        native = _core.Graph.from_parts(*enc.parts)
+        plan = json.loads(native.plan_json())
+        t2 = time.perf_counter()
+        report = Report.from_engine(plan["report"])
+        if strict and report.left:
+            d = report.left[0]
+            raise _core.UnsupportedGraphError(f"cannot rewrite {d.node} ({d.op}): {d.reason}")
+        apply_plan(graph, enc, plan)
+        t3 = time.perf_counter()
+        _verify(graph, report)
+    except _core.UnsupportedGraphError:
+        raise
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("fxrewrite left the graph untouched: %s: %s", type(e).__name__, e)
+        return Report(nodes=len(graph.nodes), error=f"{type(e).__name__}: {e}")
+    _add_sources(graph, report)
+    report.timings = {"encode": t1 - t0, "engine": t2 - t1, "apply": t3 - t2, "total": time.perf_counter() - t0}
+    for d in report.left:
+        log.warning("fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
+    log.info("%s", report.summary())
+    return report
+
+
+def _verify(graph: torch.fx.Graph, report: Report) -> None:
+    """The pass checks its own result before handing the graph on."""
+    graph.lint()
+    left = {d.node for d in report.left}
+    remaining = [n.name for n in graph.nodes if is_auto_functionalized(n) and n.name not in left]
+    if remaining:
+        raise _core.InternalError(f"auto_functionalized nodes remain after the rewrite: {remaining[:5]}")
+
+
+def _add_sources(graph: torch.fx.Graph, report: Report) -> None:
+    """Source lines for the nodes a report names, looked up only for them."""
+    from dataclasses import replace
+
+    from .encode import _source_line
+
+    by_name = None
+    for i, d in enumerate(report.decisions):
+        if not d.clones and d.source is None:
+            continue
+        if by_name is None:
+            by_name = {n.name: n for n in graph.nodes}
+        clones = [
+            replace(c, reader_source=c.reader_source or _trace_of(by_name, c.reader, _source_line))
+            for c in d.clones
+        ]
+        report.decisions[i] = replace(d, clones=clones)
+
+
+def _trace_of(by_name: dict[str, torch.fx.Node], name: str | None, fmt: object) -> str | None:
+    if name is None or name not in by_name:
+        return None
+    trace = by_name[name].meta.get("stack_trace")
+    return fmt(trace) if callable(fmt) else None

@@ -1,0 +1,377 @@
+//! The compact graph IR: a flat, index-addressed copy of a `torch.fx.Graph`.
+//!
+//! Nodes live in one `Vec` in graph order and refer to each other by [`NodeId`]
+//! (their index). Every operand of a node refers to an *earlier* node, except
+//! the operands of the single `output` node, which is last. Targets are interned
+//! once per distinct callable ([`Target`]), and each operator target carries its
+//! schema facts ([`schema::OpSchema`]). Tensor metadata is optional everywhere:
+//! it improves reports and lets the engine prove more, but a rewrite never
+//! depends on it for correctness.
+//!
+//! The invariants above are checked once, by [`validate::validate`], on every
+//! graph that comes from outside (Python or a file); the engine relies on them.
+
+
+pub mod schema;
+pub mod validate;
+
+use serde::Serialize;
+
+pub use schema::{AliasInfo, ArgType, OpSchema, SchemaArg, SchemaReturn};
+
+/// Index of a node in [`Graph::nodes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The index as a `usize`, for slicing.
+    #[must_use]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Index of a target in [`Graph::targets`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct TargetId(pub u32);
+
+impl TargetId {
+    /// The index as a `usize`, for slicing.
+    #[must_use]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The FX opcode of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum OpCode {
+    /// A graph input.
+    Placeholder,
+    /// A module attribute (parameter, buffer, constant, submodule).
+    GetAttr,
+    /// A call of a free function or operator overload.
+    CallFunction,
+    /// A call of a method on the first argument.
+    CallMethod,
+    /// A call of a submodule.
+    CallModule,
+    /// The graph's single output node.
+    Output,
+}
+
+impl OpCode {
+    /// The stable code used by the encoders and the file format.
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            OpCode::Placeholder => 0,
+            OpCode::GetAttr => 1,
+            OpCode::CallFunction => 2,
+            OpCode::CallMethod => 3,
+            OpCode::CallModule => 4,
+            OpCode::Output => 5,
+        }
+    }
+
+    /// Inverse of [`OpCode::code`].
+    #[must_use]
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => OpCode::Placeholder,
+            1 => OpCode::GetAttr,
+            2 => OpCode::CallFunction,
+            3 => OpCode::CallMethod,
+            4 => OpCode::CallModule,
+            5 => OpCode::Output,
+            _ => return None,
+        })
+    }
+
+    /// The FX spelling (`placeholder`, `call_function`, ...).
+    #[must_use]
+    pub fn fx_name(self) -> &'static str {
+        match self {
+            OpCode::Placeholder => "placeholder",
+            OpCode::GetAttr => "get_attr",
+            OpCode::CallFunction => "call_function",
+            OpCode::CallMethod => "call_method",
+            OpCode::CallModule => "call_module",
+            OpCode::Output => "output",
+        }
+    }
+}
+
+/// What kind of callable a target is; decides how the engine reads a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum TargetKind {
+    /// A `torch._ops.OpOverload`; its schema is in [`Target::schema`].
+    Operator,
+    /// `operator.getitem`.
+    Getitem,
+    /// `torch.ops.higher_order.auto_functionalized` (v1).
+    AutoFunctionalized,
+    /// `torch.ops.higher_order.auto_functionalized_v2`.
+    AutoFunctionalizedV2,
+    /// Any other higher-order operator.
+    HigherOrder,
+    /// Anything else: a Python callable, a method name, a module path, a
+    /// placeholder's name. Treated as opaque and possibly aliasing.
+    Other,
+}
+
+impl TargetKind {
+    /// The stable code used by the encoders and the file format.
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            TargetKind::Operator => 0,
+            TargetKind::Getitem => 1,
+            TargetKind::AutoFunctionalized => 2,
+            TargetKind::AutoFunctionalizedV2 => 3,
+            TargetKind::HigherOrder => 4,
+            TargetKind::Other => 5,
+        }
+    }
+
+    /// Inverse of [`TargetKind::code`].
+    #[must_use]
+    pub fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => TargetKind::Operator,
+            1 => TargetKind::Getitem,
+            2 => TargetKind::AutoFunctionalized,
+            3 => TargetKind::AutoFunctionalizedV2,
+            4 => TargetKind::HigherOrder,
+            5 => TargetKind::Other,
+            _ => return None,
+        })
+    }
+}
+
+/// One distinct callable of the graph, interned.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Target {
+    /// Qualified name: `aten::slice.Tensor`, `mylib::rms_norm.default`,
+    /// `operator.getitem`, `higher_order.auto_functionalized_v2`, or the
+    /// placeholder / attribute / method name for other opcodes.
+    pub name: String,
+    /// How the engine reads nodes with this target.
+    pub kind: TargetKind,
+    /// Operator schema facts, present for [`TargetKind::Operator`].
+    pub schema: Option<OpSchema>,
+}
+
+/// A node argument: a constant, a node reference, or a container of them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Value {
+    /// Python `None`.
+    None,
+    /// A Python bool.
+    Bool(bool),
+    /// A Python int (also concrete `SymInt`s).
+    Int(i64),
+    /// A Python float.
+    Float(f64),
+    /// A Python str.
+    Str(String),
+    /// A reference to an earlier node.
+    Node(NodeId),
+    /// A Python list.
+    List(Vec<Value>),
+    /// A Python tuple.
+    Tuple(Vec<Value>),
+    /// A `torch.dtype`, by name (`float32`).
+    Dtype(String),
+    /// A `torch.device`, as `str(device)` (`cpu`, `cuda:0`).
+    Device(String),
+    /// A `torch.layout`, by name.
+    Layout(String),
+    /// A `torch.memory_format`, by name.
+    MemoryFormat(String),
+    /// A callable passed as an argument (the operator of an
+    /// auto_functionalized node).
+    Target(TargetId),
+    /// Anything else, kept as its `repr` for reports; the engine treats it as
+    /// an opaque constant.
+    Opaque(String),
+}
+
+impl Value {
+    /// The node this value refers to, if it is a plain node reference.
+    #[must_use]
+    pub fn as_node(&self) -> Option<NodeId> {
+        match self {
+            Value::Node(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The integer this value holds, if any.
+    #[must_use]
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// A list of integers (a list or tuple of `Int`), if this value is one.
+    #[must_use]
+    pub fn as_int_list(&self) -> Option<Vec<i64>> {
+        match self {
+            Value::List(items) | Value::Tuple(items) => items.iter().map(Value::as_int).collect(),
+            _ => None,
+        }
+    }
+
+    /// Calls `f` on every node referenced anywhere inside this value.
+    pub fn for_each_node(&self, f: &mut impl FnMut(NodeId)) {
+        match self {
+            Value::Node(n) => f(*n),
+            Value::List(items) | Value::Tuple(items) => {
+                for item in items {
+                    item.for_each_node(f);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Tensor facts from `meta['val']`, where the graph had them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TensorMeta {
+    /// dtype name (`float32`), empty when unknown.
+    pub dtype: String,
+    /// Number of dimensions.
+    pub rank: u32,
+    /// Sizes, when all are static.
+    pub shape: Option<Vec<i64>>,
+    /// Strides, when all are static.
+    pub stride: Option<Vec<i64>>,
+    /// Storage offset, when static.
+    pub storage_offset: Option<i64>,
+    /// Bytes per element.
+    pub itemsize: u32,
+    /// A key identifying the storage in the traced program: equal keys mean
+    /// the two tensors share memory. Absent when unknown.
+    pub storage: Option<u64>,
+    /// `str(device)`.
+    pub device: String,
+}
+
+impl TensorMeta {
+    /// Bytes covered by the tensor's elements, when the shape is static.
+    #[must_use]
+    pub fn nbytes(&self) -> Option<u64> {
+        let shape = self.shape.as_ref()?;
+        let mut n: u64 = u64::from(self.itemsize);
+        for &d in shape {
+            n = n.checked_mul(u64::try_from(d).ok()?)?;
+        }
+        Some(n)
+    }
+}
+
+/// One node of the graph.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Node {
+    /// The FX opcode.
+    pub op: OpCode,
+    /// The node's unique name in the graph.
+    pub name: String,
+    /// The interned target.
+    pub target: TargetId,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments, in the node's order.
+    pub kwargs: Vec<(String, Value)>,
+    /// Metadata of the single tensor this node produces, if it produces one.
+    pub meta: Option<TensorMeta>,
+    /// The last line of `meta['stack_trace']` (the user's source line), if any.
+    pub source: Option<String>,
+}
+
+impl Node {
+    /// The keyword argument `key`, if present.
+    #[must_use]
+    pub fn kwarg(&self, key: &str) -> Option<&Value> {
+        self.kwargs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Calls `f` on every node referenced by the arguments.
+    pub fn for_each_operand(&self, mut f: impl FnMut(NodeId)) {
+        for a in &self.args {
+            a.for_each_node(&mut f);
+        }
+        for (_, v) in &self.kwargs {
+            v.for_each_node(&mut f);
+        }
+    }
+}
+
+/// A whole graph in IR form. Build one with [`Graph::new`] and
+/// [`Graph::add_target`] / [`Graph::add_node`], or read one with [`io::read`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Graph {
+    /// Interned targets.
+    pub targets: Vec<Target>,
+    /// Nodes in graph order.
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// An empty graph.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Interns a target and returns its id (an existing one when the name and
+    /// kind already exist).
+    pub fn add_target(&mut self, target: Target) -> TargetId {
+        if let Some(pos) = self.targets.iter().position(|t| t.name == target.name && t.kind == target.kind) {
+            return TargetId(u32::try_from(pos).unwrap_or(u32::MAX));
+        }
+        self.targets.push(target);
+        TargetId(u32::try_from(self.targets.len() - 1).unwrap_or(u32::MAX))
+    }
+
+    /// Appends a node and returns its id. Operands must refer to earlier nodes
+    /// (checked in debug builds; [`validate::validate`] checks it always).
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        let id = NodeId(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));
+        debug_assert!({
+            let mut ok = true;
+            node.for_each_operand(|n| ok &= n < id);
+            ok
+        });
+        self.nodes.push(node);
+        id
+    }
+
+    /// The node with id `id`.
+    #[must_use]
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.idx()]
+    }
+
+    /// The target of node `id`.
+    #[must_use]
+    pub fn target_of(&self, id: NodeId) -> &Target {
+        &self.targets[self.nodes[id.idx()].target.idx()]
+    }
+
+    /// Number of nodes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the graph has no nodes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

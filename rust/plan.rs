@@ -1,0 +1,262 @@
+//! The engine's output: a [`Plan`] of ordered graph edits and a [`Report`]
+//! that says what was rewritten, what was cloned and why, and what was left
+//! alone and why.
+//!
+//! A plan refers to the original graph's nodes by [`NodeId`] and to nodes it
+//! creates by [`NewId`]. Applying it in order is all the caller has to do:
+//! replacements are already resolved (a replacement value is never itself
+//! replaced), and every erased node has no users left once the edits before it
+//! are applied.
+
+use serde::Serialize;
+
+use crate::ir::{NodeId, TargetId};
+
+/// Index of a node created by the plan, in creation order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NewId(pub u32);
+
+/// A value the plan uses: an original node or a node the plan created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum ValueRef {
+    /// A node of the original graph.
+    Old(NodeId),
+    /// A node created by an earlier [`Edit::Insert`].
+    New(NewId),
+}
+
+/// The callable of a node the plan inserts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Callee {
+    /// An interned target of the graph (the mutating operator itself).
+    Target(TargetId),
+    /// An `aten` overload by qualified name (`aten::clone.default`).
+    Aten(&'static str),
+    /// `operator.getitem`.
+    Getitem,
+}
+
+/// An argument of an inserted node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum PlanArg {
+    /// A node value.
+    Ref(ValueRef),
+    /// The Python object held by keyword argument `key` of original node
+    /// `node`, passed through unchanged (dtypes, devices, SymInts, lists).
+    FromKwarg {
+        /// The original node.
+        node: NodeId,
+        /// The keyword.
+        key: String,
+    },
+    /// An integer.
+    Int(i64),
+    /// A list of integers.
+    IntList(Vec<i64>),
+    /// `None`.
+    None,
+    /// A list of arguments.
+    List(Vec<PlanArg>),
+}
+
+/// Where an inserted node's `meta['val']` comes from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum MetaSource {
+    /// Element `index` of the auto_functionalized node's `meta['val']`
+    /// (`None` index: the whole value).
+    AfOutput {
+        /// The auto_functionalized node.
+        node: NodeId,
+        /// Tuple index, or `None` for the value itself.
+        index: Option<usize>,
+    },
+    /// A slice `start..end` of the auto_functionalized node's `meta['val']`
+    /// tuple, as a tuple (an operator with several returns).
+    AfOutputs {
+        /// The auto_functionalized node.
+        node: NodeId,
+        /// First index.
+        start: usize,
+        /// One past the last index.
+        end: usize,
+    },
+    /// Run the callee on the inputs' fake values (views, clones, buffers).
+    Compute,
+    /// The operator returns nothing.
+    Nothing,
+}
+
+/// One edit of the graph.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Edit {
+    /// Move an existing node to just before `before` (a reader of an old value
+    /// moved ahead of the mutation instead of cloning).
+    Move {
+        /// The node moved.
+        node: NodeId,
+        /// The node it now precedes.
+        before: NodeId,
+    },
+    /// Create a node just before `before`.
+    Insert {
+        /// The id later edits use for it.
+        id: NewId,
+        /// The node it precedes.
+        before: NodeId,
+        /// What it calls.
+        callee: Callee,
+        /// Positional arguments.
+        args: Vec<PlanArg>,
+        /// Keyword arguments.
+        kwargs: Vec<(String, PlanArg)>,
+        /// Where its `meta['val']` comes from.
+        meta: MetaSource,
+        /// The original node whose `stack_trace` it inherits.
+        origin: NodeId,
+    },
+    /// Replace every use of `node` with `with`.
+    Replace {
+        /// The node whose uses move.
+        node: NodeId,
+        /// The value they move to (never itself replaced).
+        with: ValueRef,
+    },
+    /// Erase a node that has no users left.
+    Erase {
+        /// The node erased.
+        node: NodeId,
+    },
+}
+
+/// What happened to one auto_functionalized node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Rewritten into an in-place call with no copy.
+    Reinplaced,
+    /// Rewritten, with a clone of at least one written argument.
+    Cloned,
+    /// Left untouched for Inductor's own passes.
+    Left,
+}
+
+/// One clone the plan keeps, and why it is needed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CloneNote {
+    /// The written argument (`out`, `xs[1]`, or a v2 base `_all_bases[0]`).
+    pub arg: String,
+    /// Why the buffer cannot be written in place.
+    pub reason: String,
+    /// The node that reads the old value, when that is the reason.
+    pub reader: Option<String>,
+    /// The reader's source line from `meta['stack_trace']`, when known.
+    pub reader_source: Option<String>,
+    /// Bytes copied by the clone, when the shape is static.
+    pub bytes: Option<u64>,
+}
+
+/// The decision for one auto_functionalized node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeReport {
+    /// The node's name.
+    pub node: String,
+    /// The mutating operator (`mylib::rms_norm.default`).
+    pub op: String,
+    /// `v1` or `v2`.
+    pub form: &'static str,
+    /// The rule that handled it (stable name), or `none`.
+    pub rule: &'static str,
+    /// The outcome.
+    pub action: Action,
+    /// Readers of old values moved before the call instead of cloning.
+    pub moved: Vec<String>,
+    /// Clones kept.
+    pub clones: Vec<CloneNote>,
+    /// Scatter nodes made unnecessary (v1 write-back elimination).
+    pub scatters_removed: usize,
+    /// Why the node was left alone, for [`Action::Left`].
+    pub reason: Option<String>,
+    /// The node's own source line, when known.
+    pub source: Option<String>,
+}
+
+/// Per-operator totals of a [`Report`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OpSummary {
+    /// The operator.
+    pub op: String,
+    /// auto_functionalized nodes of this operator.
+    pub found: usize,
+    /// Rewritten with no copy.
+    pub reinplaced: usize,
+    /// Rewritten with at least one clone.
+    pub cloned: usize,
+    /// Left alone.
+    pub left: usize,
+    /// Readers moved.
+    pub moved: usize,
+    /// Bytes copied by clones, where static.
+    pub bytes_copied: u64,
+}
+
+/// Everything the engine decided about one graph.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Nodes in the graph.
+    pub nodes: usize,
+    /// One entry per auto_functionalized node, in graph order.
+    pub decisions: Vec<NodeReport>,
+    /// Input write-backs (`copy_(input, value)`) that became self-copies and
+    /// were removed.
+    pub writebacks_removed: usize,
+}
+
+impl Report {
+    /// Per-operator totals, in order of first appearance.
+    #[must_use]
+    pub fn summary(&self) -> Vec<OpSummary> {
+        let mut out: Vec<OpSummary> = Vec::new();
+        for d in &self.decisions {
+            let pos = match out.iter().position(|s| s.op == d.op) {
+                Some(p) => p,
+                None => {
+                    out.push(OpSummary { op: d.op.clone(), ..OpSummary::default() });
+                    out.len() - 1
+                }
+            };
+            let s = &mut out[pos];
+            s.found += 1;
+            match d.action {
+                Action::Reinplaced => s.reinplaced += 1,
+                Action::Cloned => s.cloned += 1,
+                Action::Left => s.left += 1,
+            }
+            s.moved += d.moved.len();
+            s.bytes_copied += d.clones.iter().filter_map(|c| c.bytes).sum::<u64>();
+        }
+        out
+    }
+
+    /// Number of nodes left alone.
+    #[must_use]
+    pub fn left(&self) -> usize {
+        self.decisions.iter().filter(|d| d.action == Action::Left).count()
+    }
+
+    /// Number of clones kept.
+    #[must_use]
+    pub fn clones(&self) -> usize {
+        self.decisions.iter().map(|d| d.clones.len()).sum()
+    }
+}
+
+/// The edits for one graph plus the report explaining them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Plan {
+    /// Edits, to be applied in order.
+    pub edits: Vec<Edit>,
+    /// Number of nodes the edits create.
+    pub new_nodes: u32,
+    /// What was decided and why.
+    pub report: Report,
+}

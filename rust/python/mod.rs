@@ -1,0 +1,67 @@
+//! The `fxrewrite._core` extension module: conversion between Python data and
+//! the IR, and registration. No engine logic lives here.
+//!
+//! The encoder (`python/fxrewrite/encode.py`) hands over plain tuples; they
+//! are converted to an owned [`Graph`] while the GIL is held, then the engine
+//! runs with the GIL released, and the plan comes back as JSON text.
+
+mod convert;
+mod errors;
+
+use pyo3::prelude::*;
+
+use crate::ir::Graph;
+
+/// A graph in fxrewrite's compact IR, owned by Rust.
+#[pyclass(name = "Graph", module = "fxrewrite._core", frozen)]
+struct PyGraph {
+    graph: Graph,
+}
+
+#[pymethods]
+impl PyGraph {
+    /// Builds a graph from the encoder's `(targets, nodes)` tuples and
+    /// validates it.
+    #[staticmethod]
+    fn from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let graph = convert::graph_from_parts(targets, nodes)?;
+        crate::ir::validate::validate(&graph).map_err(errors::to_py)?;
+        Ok(Self { graph })
+    }
+
+    /// Plans the rewrite; returns the plan (edits and report) as JSON text.
+    fn plan_json(&self, py: Python<'_>) -> PyResult<String> {
+        let graph = &self.graph;
+        let plan = py.detach(|| crate::engine::plan(graph)).map_err(errors::to_py)?;
+        serde_json::to_string(&plan).map_err(|e| errors::InternalError::new_err(e.to_string()))
+    }
+
+    /// The graph as the encoder's `(targets, nodes)` tuples.
+    fn to_parts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::graph_to_parts(py, &self.graph)
+    }
+
+    /// Number of nodes.
+    fn __len__(&self) -> usize {
+        self.graph.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<fxrewrite._core.Graph with {} nodes, {} targets>", self.graph.len(), self.graph.targets.len())
+    }
+}
+
+/// The engine version and the registered rule names, for cache keys.
+#[pyfunction]
+fn engine_fingerprint() -> String {
+    format!("{}:{}", crate::ENGINE_VERSION, crate::rules::rule_names().join(","))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<PyGraph>()?;
+    m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
+    m.add("__version__", crate::ENGINE_VERSION)?;
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The form-independent description of one auto_functionalized node that the
+//! v1 and v2 rules parse their node into, and that the engine's safety
+//! analysis plans from.
+
+use crate::ir::{Graph, NodeId, OpSchema, TargetId, TargetKind, Value};
+
+/// How a written argument is obtained from its buffer (v2 view info).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ViewOfBuffer {
+    /// The argument is the buffer itself.
+    Whole,
+    /// `aten.alias(buffer)`.
+    Alias,
+    /// `aten.slice(buffer, dim, start, end)`; the keys name the kwargs of the
+    /// auto_functionalized node holding the three values.
+    Slice {
+        /// Keys of dim, start and end.
+        keys: [String; 3],
+    },
+    /// `aten.as_strided(buffer, size, stride, storage_offset)`.
+    AsStrided {
+        /// Keys of size, stride and storage offset.
+        keys: [String; 3],
+    },
+}
+
+/// One memory buffer the call writes: a v1 written argument, or a v2 base.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// Label for reports (`out`, `xs[1]`, `_all_bases[0]`).
+    pub label: String,
+    /// The node holding the buffer's current value.
+    pub node: NodeId,
+}
+
+/// One written schema argument (or list element) and the buffer it lives in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenArg {
+    /// Label for reports.
+    pub label: String,
+    /// Index into [`MutationCall::buffers`].
+    pub buffer: usize,
+    /// How the argument is cut out of the buffer.
+    pub view: ViewOfBuffer,
+}
+
+/// One argument of the in-place call, in schema order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CallArg {
+    /// Passed through from the auto_functionalized node's kwarg of that name.
+    Kwarg(String),
+    /// A written tensor: index into [`MutationCall::written`].
+    Written(usize),
+    /// A written tensor list, element by element (`None` elements stay None).
+    WrittenList(Vec<Option<usize>>),
+    /// `None` (an optional written argument that was not given).
+    None,
+}
+
+/// What `getitem(af, i)` of the auto_functionalized node stands for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResultSlot {
+    /// Return `i` of the operator.
+    Return(usize),
+    /// The new value of a buffer (index into [`MutationCall::buffers`]).
+    Buffer(usize),
+    /// A v1 written list: one buffer per element (`None` for None elements).
+    BufferList(Vec<Option<usize>>),
+}
+
+/// A parsed auto_functionalized node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MutationCall {
+    /// The auto_functionalized node.
+    pub node: NodeId,
+    /// The mutating operator.
+    pub op: TargetId,
+    /// `v1` or `v2`.
+    pub form: &'static str,
+    /// Buffers written.
+    pub buffers: Vec<Buffer>,
+    /// Written arguments.
+    pub written: Vec<WrittenArg>,
+    /// Arguments of the in-place call, in schema order, with whether each is
+    /// keyword-only.
+    pub call_args: Vec<(String, bool, CallArg)>,
+    /// Result slots, by getitem index.
+    pub results: Vec<ResultSlot>,
+    /// For each operator return, the written argument it aliases
+    /// (`-> Tensor(a!)`), if any.
+    pub return_aliases: Vec<Option<usize>>,
+    /// Nodes passed as read-only arguments (aliasing checks).
+    pub read_nodes: Vec<NodeId>,
+}
+
+/// The mutating operator of an auto_functionalized node and its schema, or
+/// why it cannot be read.
+///
+/// # Errors
+/// A reason string when the first argument is not a known operator.
+pub fn mutable_op(graph: &Graph, node: NodeId) -> Result<(TargetId, &OpSchema), String> {
+    let n = graph.node(node);
+    let Some(Value::Target(t)) = n.args.first() else {
+        return Err("first argument is not an operator".into());
+    };
+    let target = &graph.targets[t.idx()];
+    match (target.kind, target.schema.as_ref()) {
+        (TargetKind::Operator, Some(schema)) => Ok((*t, schema)),
+        (TargetKind::HigherOrder, _) => Err(format!("mutating higher-order operator {} is not supported", target.name)),
+        _ => Err(format!("{} is not an operator overload with a schema", target.name)),
+    }
+}
+
+/// Number of result slots that hold operator returns: auto_functionalized
+/// returns `(None, ...)` for no returns, `(out, ...)` for one, `(*outs, ...)`
+/// for several.
+#[must_use]
+pub fn return_slots(schema: &OpSchema) -> usize {
+    schema.returns.len().max(1)
+}
+
+/// For each return, the schema index of the written argument it aliases
+/// (`-> Tensor(a!)` of in-place and out= operators).
+#[must_use]
+pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
+    (0..schema.returns.len()).map(|i| schema.written_return_source(i)).collect()
+}
+
+/// Collects the node operands of a read-only value.
+pub fn collect_nodes(v: &Value, out: &mut Vec<NodeId>) {
+    v.for_each_node(&mut |n| out.push(n));
+}

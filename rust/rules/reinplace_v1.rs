@@ -1,0 +1,106 @@
+//! `reinplace_v1`: an `auto_functionalized` (v1) node becomes a direct call of
+//! its mutating operator on the written arguments themselves. A written view
+//! whose new value is scattered back into its base with the same view
+//! parameters (`slice_scatter`, `select_scatter`, `as_strided_scatter`) needs
+//! no scatter afterwards: the base already holds the result. This is the
+//! rotary-embedding-on-split-qkv case where Inductor keeps one clone per slice.
+
+use super::call::{collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg};
+use super::{Outcome, Rule};
+use crate::engine::Context;
+use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
+
+/// The rule value.
+pub struct ReinplaceV1;
+
+impl Rule for ReinplaceV1 {
+    fn name(&self) -> &'static str {
+        "reinplace_v1"
+    }
+
+    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
+        graph.target_of(node).kind == TargetKind::AutoFunctionalized
+    }
+
+    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
+        match parse(cx.graph(), node) {
+            Ok(call) => cx.rewrite_mutation(&call, self.name(), true),
+            Err(reason) => Outcome::Left(reason),
+        }
+    }
+}
+
+/// Parses a v1 node: every schema argument is a keyword of the node, and the
+/// results are the operator's returns followed by the new values of the
+/// written arguments in schema order.
+pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
+    let (op, schema) = mutable_op(graph, node)?;
+    let n = graph.node(node);
+    if n.kwarg("_only_clone_these_tensors").is_some() {
+        return Err("already processed by Inductor's reinplace pass (_only_clone_these_tensors is set)".into());
+    }
+    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !schema.args.iter().any(|a| &a.name == k)) {
+        return Err(format!("unknown auto_functionalized argument '{k}' (graph from a newer torch?)"));
+    }
+    let mut buffers = Vec::new();
+    let mut written = Vec::new();
+    let mut call_args = Vec::new();
+    let mut read_nodes = Vec::new();
+    let n_out = return_slots(schema);
+    let mut results: Vec<ResultSlot> = (0..n_out).map(ResultSlot::Return).collect();
+    let push_written = |label: String, b: NodeId, buffers: &mut Vec<Buffer>, written: &mut Vec<WrittenArg>| {
+        buffers.push(Buffer { label: label.clone(), node: b });
+        written.push(WrittenArg { label, buffer: buffers.len() - 1, view: ViewOfBuffer::Whole });
+        written.len() - 1
+    };
+    for a in &schema.args {
+        let Some(v) = n.kwarg(&a.name) else {
+            return Err(format!("missing argument '{}'", a.name));
+        };
+        if !a.is_written() {
+            collect_nodes(v, &mut read_nodes);
+            call_args.push((a.name.clone(), a.kwarg_only, CallArg::Kwarg(a.name.clone())));
+            continue;
+        }
+        match (a.ty, v) {
+            (ArgType::Tensor | ArgType::OptionalTensor, Value::Node(b)) => {
+                let w = push_written(a.name.clone(), *b, &mut buffers, &mut written);
+                results.push(ResultSlot::Buffer(written[w].buffer));
+                call_args.push((a.name.clone(), a.kwarg_only, CallArg::Written(w)));
+            }
+            (ArgType::OptionalTensor | ArgType::TensorList, Value::None) => {
+                results.push(ResultSlot::BufferList(vec![]));
+                call_args.push((a.name.clone(), a.kwarg_only, CallArg::None));
+            }
+            (ArgType::TensorList, Value::List(items) | Value::Tuple(items)) => {
+                let mut slots = Vec::new();
+                let mut elems = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item {
+                        Value::Node(b) => {
+                            let w = push_written(format!("{}[{i}]", a.name), *b, &mut buffers, &mut written);
+                            slots.push(Some(written[w].buffer));
+                            elems.push(Some(w));
+                        }
+                        Value::None => {
+                            slots.push(None);
+                            elems.push(None);
+                        }
+                        other => return Err(format!("unexpected element {other:?} in written list '{}'", a.name)),
+                    }
+                }
+                results.push(ResultSlot::BufferList(slots));
+                call_args.push((a.name.clone(), a.kwarg_only, CallArg::WrittenList(elems)));
+            }
+            (_, other) => return Err(format!("unexpected value {other:?} for written argument '{}'", a.name)),
+        }
+    }
+    let return_aliases = return_alias_args(schema)
+        .into_iter()
+        .map(|ai| {
+            let name = &schema.args[ai?].name;
+            written.iter().position(|w: &WrittenArg| &w.label == name)
+        })
+        .collect();
+    Ok(MutationCall { node, op, form: "v1", buffers, written, call_args, results, return_aliases, read_nodes })
+}

@@ -1,0 +1,177 @@
+//! `reinplace_v2`: an `auto_functionalized_v2` node becomes a direct call of
+//! its mutating operator on its real bases (or on clones where the safety
+//! analysis says a later reader needs the old value), with each written view
+//! regenerated on its base exactly as torch's own dense implementation does.
+
+use super::call::{collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg};
+use super::{Outcome, Rule};
+use crate::engine::Context;
+use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
+
+/// The rule value.
+pub struct ReinplaceV2;
+
+impl Rule for ReinplaceV2 {
+    fn name(&self) -> &'static str {
+        "reinplace_v2"
+    }
+
+    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
+        graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+    }
+
+    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
+        match parse(cx.graph(), node) {
+            Ok(call) => cx.rewrite_mutation(&call, self.name(), false),
+            Err(reason) => Outcome::Left(reason),
+        }
+    }
+}
+
+/// Reads the view info of one written argument with key prefix `prefix`
+/// (`_x` or `_xs_1`), marking the keys it consumes.
+fn read_view(n: &crate::ir::Node, prefix: &str, used: &mut Vec<String>) -> Result<Option<(usize, ViewOfBuffer)>, String> {
+    let key = |s: &str| format!("{prefix}_{s}");
+    let base_key = key("base_index");
+    used.push(base_key.clone());
+    let base = match n.kwarg(&base_key) {
+        Some(Value::Int(i)) => usize::try_from(*i).map_err(|_| format!("negative {base_key}"))?,
+        Some(Value::None) => return Ok(None),
+        None => return Err(format!("missing {base_key}")),
+        Some(other) => return Err(format!("unexpected {base_key} = {other:?}")),
+    };
+    let has = |s: &str| n.kwarg(&key(s)).is_some();
+    let view = if has("alias") {
+        used.push(key("alias"));
+        ViewOfBuffer::Alias
+    } else if has("storage_offset") {
+        let keys = [key("size"), key("stride"), key("storage_offset")];
+        for k in &keys {
+            if n.kwarg(k).is_none() {
+                return Err(format!("missing {k}"));
+            }
+        }
+        used.extend(keys.iter().cloned());
+        ViewOfBuffer::AsStrided { keys }
+    } else if has("slice_dim") {
+        let keys = [key("slice_dim"), key("slice_start"), key("slice_end")];
+        for k in &keys {
+            if n.kwarg(k).is_none() {
+                return Err(format!("missing {k}"));
+            }
+        }
+        used.extend(keys.iter().cloned());
+        ViewOfBuffer::Slice { keys }
+    } else {
+        ViewOfBuffer::Whole
+    };
+    Ok(Some((base, view)))
+}
+
+/// Parses a generic (or `Tag.inplace`) v2 node. Any keyword this build does
+/// not know makes the node unsupported: a newer torch may have given it a
+/// meaning we would silently drop.
+pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
+    let (op, schema) = mutable_op(graph, node)?;
+    let n = graph.node(node);
+    if n.kwarg("_only_clone_these_bases").is_some() {
+        return Err("already processed by Inductor's reinplace pass (_only_clone_these_bases is set)".into());
+    }
+    if n.kwarg("_op_schema").is_some() {
+        return Err("mutating higher-order operators (_op_schema) are not supported".into());
+    }
+    let bases: Vec<Option<NodeId>> = match n.kwarg("_all_bases") {
+        Some(Value::List(items) | Value::Tuple(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Node(b) => Ok(Some(*b)),
+                Value::None => Ok(None),
+                other => Err(format!("unexpected _all_bases element {other:?}")),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err("missing _all_bases".into()),
+    };
+    let mut used: Vec<String> = vec!["_all_bases".into()];
+    let mut buffers: Vec<Buffer> = Vec::new();
+    let mut buffer_of_base: Vec<Option<usize>> = vec![None; bases.len()];
+    let mut written: Vec<WrittenArg> = Vec::new();
+    let mut call_args = Vec::new();
+    let mut read_nodes = Vec::new();
+    let mut buffer_for = |base: usize, buffers: &mut Vec<Buffer>| -> Result<usize, String> {
+        let b = *bases.get(base).ok_or_else(|| format!("base index {base} out of range"))?;
+        let b = b.ok_or_else(|| format!("_all_bases[{base}] is None"))?;
+        if let Some(i) = buffer_of_base[base] {
+            return Ok(i);
+        }
+        buffers.push(Buffer { label: format!("_all_bases[{base}]"), node: b });
+        buffer_of_base[base] = Some(buffers.len() - 1);
+        Ok(buffers.len() - 1)
+    };
+    for a in &schema.args {
+        if !a.is_written() {
+            match n.kwarg(&a.name) {
+                Some(v) => collect_nodes(v, &mut read_nodes),
+                None => return Err(format!("missing argument '{}'", a.name)),
+            }
+            used.push(a.name.clone());
+            call_args.push((a.name.clone(), a.kwarg_only, CallArg::Kwarg(a.name.clone())));
+            continue;
+        }
+        match a.ty {
+            ArgType::Tensor | ArgType::OptionalTensor => match read_view(n, &format!("_{}", a.name), &mut used)? {
+                None => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
+                Some((base, view)) => {
+                    let buffer = buffer_for(base, &mut buffers)?;
+                    written.push(WrittenArg { label: a.name.clone(), buffer, view });
+                    call_args.push((a.name.clone(), a.kwarg_only, CallArg::Written(written.len() - 1)));
+                }
+            },
+            ArgType::TensorList => {
+                let len_key = format!("_{}_length", a.name);
+                used.push(len_key.clone());
+                match n.kwarg(&len_key) {
+                    Some(Value::None) => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
+                    Some(Value::Int(len)) => {
+                        let mut items = Vec::new();
+                        for i in 0..*len {
+                            match read_view(n, &format!("_{}_{i}", a.name), &mut used)? {
+                                None => items.push(None),
+                                Some((base, view)) => {
+                                    let buffer = buffer_for(base, &mut buffers)?;
+                                    written.push(WrittenArg { label: format!("{}[{i}]", a.name), buffer, view });
+                                    items.push(Some(written.len() - 1));
+                                }
+                            }
+                        }
+                        call_args.push((a.name.clone(), a.kwarg_only, CallArg::WrittenList(items)));
+                    }
+                    _ => return Err(format!("missing or malformed {len_key}")),
+                }
+            }
+            ArgType::Other => return Err(format!("written argument '{}' is not a tensor", a.name)),
+        }
+    }
+    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
+        return Err(format!("unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"));
+    }
+    if bases.iter().enumerate().any(|(i, b)| b.is_some() && buffer_of_base[i].is_none()) {
+        return Err("a base in _all_bases is not used by any written argument".into());
+    }
+    let n_out = return_slots(schema);
+    let mut results: Vec<ResultSlot> = (0..n_out).map(ResultSlot::Return).collect();
+    for b in &buffer_of_base {
+        results.push(b.map_or(ResultSlot::BufferList(vec![]), ResultSlot::Buffer));
+    }
+    let written_schema: Vec<usize> = schema.written_args().map(|(i, _)| i).collect();
+    let return_aliases = return_alias_args(schema)
+        .into_iter()
+        .map(|ai| {
+            let ai = ai?;
+            let name = &schema.args[ai].name;
+            (schema.args[ai].ty != ArgType::TensorList && written_schema.contains(&ai))
+                .then(|| written.iter().position(|w| &w.label == name))
+                .flatten()
+        })
+        .collect();
+    Ok(MutationCall { node, op, form: "v2", buffers, written, call_args, results, return_aliases, read_nodes })
+}
