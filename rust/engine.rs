@@ -22,7 +22,9 @@ use crate::analysis::uses::Uses;
 use crate::error::Result;
 use crate::ir::validate::validate;
 use crate::ir::{Graph, NodeId, OpCode, TargetId, TargetKind};
-use crate::plan::{Action, Callee, CloneNote, Edit, MetaSource, NewId, NodeReport, Plan, PlanArg, Report, ValueRef};
+use crate::plan::{
+    Action, Callee, CloneNote, Edit, MetaSource, NewId, NodeReport, Plan, PlanArg, Report, ValueRef,
+};
 use crate::rules::call::{CallArg, MutationCall, ResultSlot, ViewOfBuffer};
 use crate::rules::{registry, Outcome};
 
@@ -141,7 +143,9 @@ impl<'g> Context<'g> {
             uses,
             last_read,
             pos: (0..n).map(|i| 2 * i as i64).collect(),
-            parent: (0..n).map(|i| u32::try_from(i).unwrap_or(u32::MAX)).collect(),
+            parent: (0..n)
+                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                .collect(),
             members: vec![Vec::new(); n],
             inputs: vec![Vec::new(); n],
             latest: vec![0; n],
@@ -157,7 +161,10 @@ impl<'g> Context<'g> {
             next_event: 1,
             edits: Vec::new(),
             new_nodes: 0,
-            report: Report { nodes: n, ..Report::default() },
+            report: Report {
+                nodes: n,
+                ..Report::default()
+            },
         }
     }
 
@@ -188,7 +195,11 @@ impl<'g> Context<'g> {
         if ra == rb {
             return ra;
         }
-        let (big, small) = if self.members[ra].len() >= self.members[rb].len() { (ra, rb) } else { (rb, ra) };
+        let (big, small) = if self.members[ra].len() >= self.members[rb].len() {
+            (ra, rb)
+        } else {
+            (rb, ra)
+        };
         self.parent[small] = u32::try_from(big).unwrap_or(u32::MAX);
         let moved = std::mem::take(&mut self.members[small]);
         self.members[big].extend(moved);
@@ -211,7 +222,10 @@ impl<'g> Context<'g> {
                 }
             }
         }
-        let mut g = Geometry { root: cur, steps: Vec::new() };
+        let mut g = Geometry {
+            root: cur,
+            steps: Vec::new(),
+        };
         for s in steps_rev.into_iter().rev() {
             g = g.then(s);
         }
@@ -306,15 +320,16 @@ impl<'g> Context<'g> {
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {
-        let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else { return };
+        let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
+            return;
+        };
         match self.storage_keys.get(&key).copied() {
             Some(first) => {
                 let before = self.find(id);
                 let r = self.union(id, first);
-                if before != r || !matches!(self.roles[id.idx()], Role::View { .. }) {
-                    if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                        self.ver[id.idx()] = self.latest[r];
-                    }
+                let _ = before;
+                if !matches!(self.roles[id.idx()], Role::View { .. }) {
+                    self.ver[id.idx()] = self.latest[r];
                 }
             }
             None => {
@@ -356,8 +371,15 @@ impl<'g> Context<'g> {
     }
 
     fn plan_af(&mut self, id: NodeId) {
-        let rule = registry().iter().find(|r| r.matches(self.graph, id)).copied();
-        let form = if self.graph.target_of(id).kind == TargetKind::AutoFunctionalized { "v1" } else { "v2" };
+        let rule = registry()
+            .iter()
+            .find(|r| r.matches(self.graph, id))
+            .copied();
+        let form = if self.graph.target_of(id).kind == TargetKind::AutoFunctionalized {
+            "v1"
+        } else {
+            "v2"
+        };
         let op_name = match self.graph.node(id).args.first() {
             Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),
@@ -385,10 +407,25 @@ impl<'g> Context<'g> {
 
     // ----- edits -----------------------------------------------------------
 
-    fn insert(&mut self, before: NodeId, callee: Callee, args: Vec<PlanArg>, kwargs: Vec<(String, PlanArg)>, meta: MetaSource) -> NewId {
+    fn insert(
+        &mut self,
+        before: NodeId,
+        callee: Callee,
+        args: Vec<PlanArg>,
+        kwargs: Vec<(String, PlanArg)>,
+        meta: MetaSource,
+    ) -> NewId {
         let id = NewId(self.new_nodes);
         self.new_nodes += 1;
-        self.edits.push(Edit::Insert { id, before, callee, args, kwargs, meta, origin: before });
+        self.edits.push(Edit::Insert {
+            id,
+            before,
+            callee,
+            args,
+            kwargs,
+            meta,
+            origin: before,
+        });
         id
     }
 
@@ -410,7 +447,13 @@ impl<'g> Context<'g> {
     /// Readers after position `p` of versions of class `root` older than the
     /// call being planned. Members whose last reader is already behind `p`
     /// are dropped for good: later calls are further down the graph.
-    fn hazards(&mut self, root: usize, af: NodeId, excluded: &HashSet<NodeId>, cut: Option<(NodeId, i64)>) -> Vec<(NodeId, NodeId)> {
+    fn hazards(
+        &mut self,
+        root: usize,
+        af: NodeId,
+        excluded: &HashSet<NodeId>,
+        cut: Option<(NodeId, i64)>,
+    ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos[af.idx()];
         let members = std::mem::take(&mut self.members[root]);
         let mut kept = Vec::with_capacity(members.len());
@@ -421,11 +464,18 @@ impl<'g> Context<'g> {
                 _ => continue,
             }
             kept.push(m);
-            let in_input_family = cut.is_some_and(|(input, _)| structural_root(&self.roles, m) == input && self.ver[m.idx()] == 0);
+            let in_input_family = cut.is_some_and(|(input, _)| {
+                structural_root(&self.roles, m) == input && self.ver[m.idx()] == 0
+            });
             let pos = &self.pos;
             for_each_reader(&self.roles, &self.uses, m, &mut |r, _via| {
                 let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] >= c) && in_input_family;
-                if pos[r.idx()] > p && r != af && !excluded.contains(&r) && !after_cut && !found.iter().any(|(x, _)| *x == r) {
+                if pos[r.idx()] > p
+                    && r != af
+                    && !excluded.contains(&r)
+                    && !after_cut
+                    && !found.iter().any(|(x, _)| *x == r)
+                {
                     found.push((r, m));
                 }
                 true
@@ -442,9 +492,13 @@ impl<'g> Context<'g> {
         }
         let target = self.graph.target_of(n);
         match (&self.roles[n.idx()], target.kind) {
-            (Role::Fresh | Role::View { .. } | Role::MetaOnly | Role::Scatter { .. }, TargetKind::Operator) => {
-                target.schema.as_ref().is_some_and(|s| !s.is_mutable() && !s.tags.nondeterministic)
-            }
+            (
+                Role::Fresh | Role::View { .. } | Role::MetaOnly | Role::Scatter { .. },
+                TargetKind::Operator,
+            ) => target
+                .schema
+                .as_ref()
+                .is_some_and(|s| !s.is_mutable() && !s.tags.nondeterministic),
             (Role::Fresh | Role::View { .. }, TargetKind::Getitem) => true,
             _ => false,
         }
@@ -464,7 +518,11 @@ impl<'g> Context<'g> {
         ops.into_iter().all(|o| self.closure(o, af, set))
     }
 
-    fn plan_moves(&self, hazards: &[(NodeId, NodeId)], af: NodeId) -> std::result::Result<BTreeSet<NodeId>, NodeId> {
+    fn plan_moves(
+        &self,
+        hazards: &[(NodeId, NodeId)],
+        af: NodeId,
+    ) -> std::result::Result<BTreeSet<NodeId>, NodeId> {
         let mut set = BTreeSet::new();
         for &(r, _) in hazards {
             if !self.closure(r, af, &mut set) {
@@ -476,23 +534,29 @@ impl<'g> Context<'g> {
 
     fn overlapping_view(&self, n: NodeId) -> bool {
         let mut cur = n;
-        loop {
-            match &self.roles[cur.idx()] {
-                Role::View { src, overlapping, .. } => {
-                    if *overlapping {
-                        return true;
-                    }
-                    cur = *src;
-                }
-                _ => break,
+        while let Role::View {
+            src, overlapping, ..
+        } = &self.roles[cur.idx()]
+        {
+            if *overlapping {
+                return true;
             }
+            cur = *src;
             if let Link::Same(m) = self.link[cur.idx()] {
                 cur = m;
             }
         }
         let meta = self.graph.node(n).meta.as_ref();
-        meta.and_then(|m| Some(m.shape.as_ref()?.iter().zip(m.stride.as_ref()?).any(|(&s, &st)| st == 0 && s > 1)))
-            .unwrap_or(false)
+        meta.and_then(|m| {
+            Some(
+                m.shape
+                    .as_ref()?
+                    .iter()
+                    .zip(m.stride.as_ref()?)
+                    .any(|(&s, &st)| st == 0 && s > 1),
+            )
+        })
+        .unwrap_or(false)
     }
 
     fn reader_note(&self, arg: &str, reader: NodeId, bytes: Option<u64>, why: &str) -> CloneNote {
@@ -507,19 +571,33 @@ impl<'g> Context<'g> {
     }
 
     fn plain_note(arg: &str, reason: String, bytes: Option<u64>) -> CloneNote {
-        CloneNote { arg: arg.to_string(), reason, reader: None, reader_source: None, bytes }
+        CloneNote {
+            arg: arg.to_string(),
+            reason,
+            reader: None,
+            reader_source: None,
+            bytes,
+        }
     }
 
     /// v1 write-back elimination: the scatters that put the new values of the
     /// re-inplaced views of class `root` back into their base. Returns the
     /// chain (node -> (chain base, exact)) when every scatter can go, `None`
     /// when the pattern is not provably a pure write-back.
-    fn scatter_chain(&mut self, call: &MutationCall, accepted: &[usize], root: usize) -> Option<BTreeMap<NodeId, (NodeId, bool)>> {
+    fn scatter_chain(
+        &mut self,
+        call: &MutationCall,
+        accepted: &[usize],
+        root: usize,
+    ) -> Option<BTreeMap<NodeId, (NodeId, bool)>> {
         let af = call.node;
         let mut chain: BTreeMap<NodeId, (NodeId, bool)> = BTreeMap::new();
         let mut pending_of: HashMap<NodeId, Vec<usize>> = HashMap::new();
         let mut exact_src: HashSet<NodeId> = HashSet::new();
-        let arg_geom: Vec<(usize, Geometry)> = accepted.iter().map(|&b| (b, self.geometry(call.buffers[b].node))).collect();
+        let arg_geom: Vec<(usize, Geometry)> = accepted
+            .iter()
+            .map(|&b| (b, self.geometry(call.buffers[b].node)))
+            .collect();
         let mut queue: BTreeSet<NodeId> = BTreeSet::new();
         for &u in self.uses.users(af) {
             if let Role::AfResult { index, .. } = self.roles[u.idx()] {
@@ -534,7 +612,9 @@ impl<'g> Context<'g> {
         }
         let latest = self.latest[root];
         while let Some(sc) = queue.pop_first() {
-            let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else { continue };
+            let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
+                continue;
+            };
             if !exact_src.contains(&src) || chain.contains_key(&sc) {
                 continue;
             }
@@ -545,7 +625,10 @@ impl<'g> Context<'g> {
             let mut pending = if let Some(p) = pending_of.get(&base) {
                 p.clone()
             } else {
-                if self.find(base) != root || self.ver[base.idx()] != latest || self.pos[base.idx()] > self.pos[af.idx()] {
+                if self.find(base) != root
+                    || self.ver[base.idx()] != latest
+                    || self.pos[base.idx()] > self.pos[af.idx()]
+                {
                     return None;
                 }
                 accepted.to_vec()
@@ -556,9 +639,12 @@ impl<'g> Context<'g> {
             });
             self.link[sc.idx()] = Link::Same(self.same_target(base));
             let geom = self.geometry(sc);
-            let exact = pending
-                .iter()
-                .all(|b| arg_geom.iter().find(|(x, _)| x == b).is_some_and(|(_, g)| provably_disjoint(g, &geom)));
+            let exact = pending.iter().all(|b| {
+                arg_geom
+                    .iter()
+                    .find(|(x, _)| x == b)
+                    .is_some_and(|(_, g)| provably_disjoint(g, &geom))
+            });
             let chain_base = chain.get(&base).map_or(base, |(cb, _)| *cb);
             chain.insert(sc, (chain_base, exact));
             pending_of.insert(sc, pending);
@@ -576,14 +662,28 @@ impl<'g> Context<'g> {
     }
 
     /// Plans a generic mutating call (v1 or v2): the shared safety analysis.
-    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str, v1: bool) -> Outcome {
+    pub fn rewrite_mutation(
+        &mut self,
+        call: &MutationCall,
+        rule: &'static str,
+        v1: bool,
+    ) -> Outcome {
         let af = call.node;
         if let Err(reason) = self.check_users(call) {
             return Outcome::Left(reason);
         }
         let nb = call.buffers.len();
-        let bytes: Vec<Option<u64>> =
-            call.buffers.iter().map(|b| self.graph.node(b.node).meta.as_ref().and_then(crate::ir::TensorMeta::nbytes)).collect();
+        let bytes: Vec<Option<u64>> = call
+            .buffers
+            .iter()
+            .map(|b| {
+                self.graph
+                    .node(b.node)
+                    .meta
+                    .as_ref()
+                    .and_then(crate::ir::TensorMeta::nbytes)
+            })
+            .collect();
         let mut clone: Vec<Option<CloneNote>> = vec![None; nb];
         let mut moved: BTreeSet<NodeId> = BTreeSet::new();
         let mut chains: Vec<BTreeMap<NodeId, (NodeId, bool)>> = Vec::new();
@@ -596,24 +696,50 @@ impl<'g> Context<'g> {
                 None => groups.push((r, vec![b])),
             }
         }
-        let read_roots: Vec<(usize, NodeId)> = call.read_nodes.clone().into_iter().map(|n| (self.find(n), n)).collect();
+        let read_roots: Vec<(usize, NodeId)> = call
+            .read_nodes
+            .clone()
+            .into_iter()
+            .map(|n| (self.find(n), n))
+            .collect();
         for (root, bufs) in groups {
             let mut accepted: Vec<usize> = Vec::new();
             for &b in &bufs {
                 let buf = &call.buffers[b];
                 let label = buf.label.clone();
                 if self.overlapping_view(buf.node) {
-                    clone[b] = Some(Self::plain_note(&label, "the written view may overlap itself (expand or zero stride)".into(), bytes[b]));
-                } else if self.foreign.contains(&structural_root(&self.roles, buf.node)) {
-                    clone[b] = Some(Self::plain_note(&label, "the buffer is also written by another in-place operator".into(), bytes[b]));
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        "the written view may overlap itself (expand or zero stride)".into(),
+                        bytes[b],
+                    ));
+                } else if self
+                    .foreign
+                    .contains(&structural_root(&self.roles, buf.node))
+                {
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        "the buffer is also written by another in-place operator".into(),
+                        bytes[b],
+                    ));
                 } else if let Some((_, rn)) = read_roots.iter().find(|(rr, _)| *rr == root) {
                     let rname = self.graph.node(*rn).name.clone();
-                    clone[b] = Some(Self::plain_note(&label, format!("read argument `{rname}` shares memory with it"), bytes[b]));
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        format!("read argument `{rname}` shares memory with it"),
+                        bytes[b],
+                    ));
                 } else if let Some(&other) = accepted.iter().find(|&&o| {
-                    !v1 || !self.geometry(call.buffers[o].node).disjoint_from(&self.geometry(buf.node))
+                    !v1 || !self
+                        .geometry(call.buffers[o].node)
+                        .disjoint_from(&self.geometry(buf.node))
                 }) {
                     let oname = call.buffers[other].label.clone();
-                    clone[b] = Some(Self::plain_note(&label, format!("shares memory with written `{oname}`"), bytes[b]));
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        format!("shares memory with written `{oname}`"),
+                        bytes[b],
+                    ));
                 } else {
                     accepted.push(b);
                 }
@@ -628,7 +754,9 @@ impl<'g> Context<'g> {
                 refuse = Some("the buffer aliases several graph inputs".into());
             } else if let Some(&x) = inputs.first() {
                 match self.writeback.get(&x) {
-                    Some(&c) if self.pos[c.idx()] > self.pos[af.idx()] => cut = Some((x, self.pos[c.idx()])),
+                    Some(&c) if self.pos[c.idx()] > self.pos[af.idx()] => {
+                        cut = Some((x, self.pos[c.idx()]))
+                    }
                     _ => {
                         refuse = Some(format!(
                             "graph input `{}` is not written back by the graph, so the caller's tensor must not change",
@@ -639,12 +767,23 @@ impl<'g> Context<'g> {
             }
             if let Some(reason) = refuse {
                 for &b in &accepted {
-                    clone[b] = Some(Self::plain_note(&call.buffers[b].label, reason.clone(), bytes[b]));
+                    clone[b] = Some(Self::plain_note(
+                        &call.buffers[b].label,
+                        reason.clone(),
+                        bytes[b],
+                    ));
                 }
                 continue;
             }
-            let chain = if v1 { self.scatter_chain(call, &accepted, root) } else { None };
-            let excluded: HashSet<NodeId> = chain.as_ref().map(|c| c.keys().copied().collect()).unwrap_or_default();
+            let chain = if v1 {
+                self.scatter_chain(call, &accepted, root)
+            } else {
+                None
+            };
+            let excluded: HashSet<NodeId> = chain
+                .as_ref()
+                .map(|c| c.keys().copied().collect())
+                .unwrap_or_default();
             let hazards = self.hazards(root, af, &excluded, cut);
             if !hazards.is_empty() {
                 match self.plan_moves(&hazards, af) {
@@ -657,7 +796,12 @@ impl<'g> Context<'g> {
                     }
                     Err(blocker) => {
                         for &b in &accepted {
-                            clone[b] = Some(self.reader_note(&call.buffers[b].label, blocker, bytes[b], "node"));
+                            clone[b] = Some(self.reader_note(
+                                &call.buffers[b].label,
+                                blocker,
+                                bytes[b],
+                                "node",
+                            ));
                         }
                         continue;
                     }
@@ -674,15 +818,24 @@ impl<'g> Context<'g> {
     fn check_users(&self, call: &MutationCall) -> std::result::Result<(), String> {
         for &u in self.uses.users(call.node) {
             let Role::AfResult { index, .. } = self.roles[u.idx()] else {
-                return Err(format!("node `{}` uses the auto_functionalized result directly", self.graph.node(u).name));
+                return Err(format!(
+                    "node `{}` uses the auto_functionalized result directly",
+                    self.graph.node(u).name
+                ));
             };
             match call.results.get(index) {
                 None => return Err(format!("getitem index {index} out of range")),
                 Some(ResultSlot::BufferList(items)) => {
                     for &gu in self.uses.users(u) {
                         match self.roles[gu.idx()] {
-                            Role::AfListItem { item, .. } if items.get(item).copied().flatten().is_some() => {}
-                            _ => return Err(format!("node `{}` uses a written list directly", self.graph.node(gu).name)),
+                            Role::AfListItem { item, .. }
+                                if items.get(item).copied().flatten().is_some() => {}
+                            _ => {
+                                return Err(format!(
+                                    "node `{}` uses a written list directly",
+                                    self.graph.node(gu).name
+                                ))
+                            }
                         }
                     }
                 }
@@ -690,11 +843,17 @@ impl<'g> Context<'g> {
             }
         }
         for (bi, b) in call.buffers.iter().enumerate() {
-            let as_strided = call.written.iter().any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
+            let as_strided = call
+                .written
+                .iter()
+                .any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
             if as_strided && strided_layout(self.graph, b.node).is_none() {
                 // Needed only if the base ends up cloned, but deciding that
                 // first would leave a half-planned node: require it up front.
-                return Err(format!("written as_strided view of {} whose base has no static size/stride metadata", b.label));
+                return Err(format!(
+                    "written as_strided view of {} whose base has no static size/stride metadata",
+                    b.label
+                ));
             }
         }
         Ok(())
@@ -712,7 +871,10 @@ impl<'g> Context<'g> {
         let event = self.next_event;
         self.next_event += 1;
         for &m in moved {
-            self.edits.push(Edit::Move { node: m, before: af });
+            self.edits.push(Edit::Move {
+                node: m,
+                before: af,
+            });
         }
         // Buffers: the real one, or a clone.
         let mut buf_val: Vec<ValueRef> = Vec::with_capacity(call.buffers.len());
@@ -722,27 +884,52 @@ impl<'g> Context<'g> {
                 buf_val.push(base);
                 continue;
             }
-            let preserve = call.written.iter().any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
+            let preserve = call
+                .written
+                .iter()
+                .any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
             let v = match (preserve, strided_layout(self.graph, b.node)) {
                 (true, Some((size, stride, offset))) => {
                     let needed = required_storage(&size, &stride, offset);
                     let flat = self.insert(
                         af,
                         Callee::Aten("aten::as_strided.default"),
-                        vec![PlanArg::Ref(base), PlanArg::IntList(vec![needed]), PlanArg::IntList(vec![1]), PlanArg::Int(0)],
+                        vec![
+                            PlanArg::Ref(base),
+                            PlanArg::IntList(vec![needed]),
+                            PlanArg::IntList(vec![1]),
+                            PlanArg::Int(0),
+                        ],
                         vec![],
                         MetaSource::Compute,
                     );
-                    let copy = self.insert(af, Callee::Aten("aten::clone.default"), vec![PlanArg::Ref(ValueRef::New(flat))], vec![], MetaSource::Compute);
+                    let copy = self.insert(
+                        af,
+                        Callee::Aten("aten::clone.default"),
+                        vec![PlanArg::Ref(ValueRef::New(flat))],
+                        vec![],
+                        MetaSource::Compute,
+                    );
                     self.insert(
                         af,
                         Callee::Aten("aten::as_strided.default"),
-                        vec![PlanArg::Ref(ValueRef::New(copy)), PlanArg::IntList(size), PlanArg::IntList(stride), PlanArg::Int(offset)],
+                        vec![
+                            PlanArg::Ref(ValueRef::New(copy)),
+                            PlanArg::IntList(size),
+                            PlanArg::IntList(stride),
+                            PlanArg::Int(offset),
+                        ],
                         vec![],
                         MetaSource::Compute,
                     )
                 }
-                _ => self.insert(af, Callee::Aten("aten::clone.default"), vec![PlanArg::Ref(base)], vec![], MetaSource::Compute),
+                _ => self.insert(
+                    af,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(base)],
+                    vec![],
+                    MetaSource::Compute,
+                ),
             };
             buf_val.push(ValueRef::New(v));
         }
@@ -750,10 +937,19 @@ impl<'g> Context<'g> {
         let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
         for w in &call.written {
             let b = PlanArg::Ref(buf_val[w.buffer]);
-            let kw = |k: &String| PlanArg::FromKwarg { node: af, key: k.clone() };
+            let kw = |k: &String| PlanArg::FromKwarg {
+                node: af,
+                key: k.clone(),
+            };
             let v = match &w.view {
                 ViewOfBuffer::Whole => buf_val[w.buffer],
-                ViewOfBuffer::Alias => ValueRef::New(self.insert(af, Callee::Aten("aten::alias.default"), vec![b], vec![], MetaSource::Compute)),
+                ViewOfBuffer::Alias => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::alias.default"),
+                    vec![b],
+                    vec![],
+                    MetaSource::Compute,
+                )),
                 ViewOfBuffer::Slice { keys } => ValueRef::New(self.insert(
                     af,
                     Callee::Aten("aten::slice.Tensor"),
@@ -777,11 +973,17 @@ impl<'g> Context<'g> {
         let mut kwargs = Vec::new();
         for (name, kwarg_only, a) in &call.call_args {
             let pa = match a {
-                CallArg::Kwarg(k) => PlanArg::FromKwarg { node: af, key: k.clone() },
+                CallArg::Kwarg(k) => PlanArg::FromKwarg {
+                    node: af,
+                    key: k.clone(),
+                },
                 CallArg::Written(w) => PlanArg::Ref(arg_val[*w]),
-                CallArg::WrittenList(items) => {
-                    PlanArg::List(items.iter().map(|i| i.map_or(PlanArg::None, |w| PlanArg::Ref(arg_val[w]))).collect())
-                }
+                CallArg::WrittenList(items) => PlanArg::List(
+                    items
+                        .iter()
+                        .map(|i| i.map_or(PlanArg::None, |w| PlanArg::Ref(arg_val[w])))
+                        .collect(),
+                ),
                 CallArg::None => PlanArg::None,
             };
             if *kwarg_only {
@@ -793,15 +995,25 @@ impl<'g> Context<'g> {
         let n_returns = call.return_aliases.len();
         let meta = match n_returns {
             0 => MetaSource::Nothing,
-            1 => MetaSource::AfOutput { node: af, index: Some(0) },
-            k => MetaSource::AfOutputs { node: af, start: 0, end: k },
+            1 => MetaSource::AfOutput {
+                node: af,
+                index: Some(0),
+            },
+            k => MetaSource::AfOutputs {
+                node: af,
+                start: 0,
+                end: k,
+            },
         };
         let call_id = self.insert(af, Callee::Target(call.op), args, kwargs, meta);
         // Results.
         let mut binds: Vec<Bind> = Vec::with_capacity(call.results.len());
         let buf_bind = |bi: usize| -> Bind {
             if clone[bi].is_none() {
-                Bind::Buffer { node: call.buffers[bi].node, event }
+                Bind::Buffer {
+                    node: call.buffers[bi].node,
+                    event,
+                }
             } else {
                 Bind::Clone { key: (af, bi) }
             }
@@ -813,19 +1025,26 @@ impl<'g> Context<'g> {
                         let bi = call.written[w].buffer;
                         match (&call.written[w].view, clone[bi].is_none()) {
                             (ViewOfBuffer::Whole, _) => buf_bind(bi),
-                            (_, true) => Bind::Alias { node: call.buffers[bi].node, event },
+                            (_, true) => Bind::Alias {
+                                node: call.buffers[bi].node,
+                                event,
+                            },
                             (_, false) => Bind::Fresh,
                         }
                     }
                     None => Bind::Fresh,
                 },
                 ResultSlot::Buffer(bi) => buf_bind(*bi),
-                ResultSlot::BufferList(items) => Bind::List(items.iter().map(|i| i.map(buf_bind)).collect()),
+                ResultSlot::BufferList(items) => {
+                    Bind::List(items.iter().map(|i| i.map(buf_bind)).collect())
+                }
             });
         }
         let users: Vec<NodeId> = self.uses.users(af).to_vec();
         for u in users {
-            let Role::AfResult { index, .. } = self.roles[u.idx()] else { continue };
+            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                continue;
+            };
             match &call.results[index] {
                 ResultSlot::Return(i) => {
                     let v = match call.return_aliases.get(*i).copied().flatten() {
@@ -834,9 +1053,15 @@ impl<'g> Context<'g> {
                         None => ValueRef::New(self.insert(
                             af,
                             Callee::Getitem,
-                            vec![PlanArg::Ref(ValueRef::New(call_id)), PlanArg::Int(i64::try_from(*i).unwrap_or(0))],
+                            vec![
+                                PlanArg::Ref(ValueRef::New(call_id)),
+                                PlanArg::Int(i64::try_from(*i).unwrap_or(0)),
+                            ],
                             vec![],
-                            MetaSource::AfOutput { node: af, index: Some(*i) },
+                            MetaSource::AfOutput {
+                                node: af,
+                                index: Some(*i),
+                            },
                         )),
                     };
                     self.replace(u, v);
@@ -888,8 +1113,15 @@ impl<'g> Context<'g> {
             op: self.graph.targets[call.op.idx()].name.clone(),
             form: call.form,
             rule,
-            action: if clones.is_empty() { Action::Reinplaced } else { Action::Cloned },
-            moved: moved.iter().map(|m| self.graph.node(*m).name.clone()).collect(),
+            action: if clones.is_empty() {
+                Action::Reinplaced
+            } else {
+                Action::Cloned
+            },
+            moved: moved
+                .iter()
+                .map(|m| self.graph.node(*m).name.clone())
+                .collect(),
             clones,
             scatters_removed,
             reason: None,
@@ -905,7 +1137,12 @@ impl<'g> Context<'g> {
             for &u in &users {
                 match self.roles[u.idx()] {
                     Role::AfResult { index, .. } if index < call.n_returns => {}
-                    _ => return Outcome::Left(format!("node `{}` uses the result in an unexpected way", self.graph.node(u).name)),
+                    _ => {
+                        return Outcome::Left(format!(
+                            "node `{}` uses the result in an unexpected way",
+                            self.graph.node(u).name
+                        ))
+                    }
                 }
             }
         }
@@ -915,7 +1152,10 @@ impl<'g> Context<'g> {
         for (name, kwarg_only, keys) in &call.args {
             let pa = match keys {
                 Some(k) => {
-                    let kw = |s: &String| PlanArg::FromKwarg { node: af, key: s.clone() };
+                    let kw = |s: &String| PlanArg::FromKwarg {
+                        node: af,
+                        key: s.clone(),
+                    };
                     let b = self.insert(
                         af,
                         Callee::Aten("aten::empty_strided.default"),
@@ -926,7 +1166,10 @@ impl<'g> Context<'g> {
                     bufs.push(b);
                     PlanArg::Ref(ValueRef::New(b))
                 }
-                None => PlanArg::FromKwarg { node: af, key: name.clone() },
+                None => PlanArg::FromKwarg {
+                    node: af,
+                    key: name.clone(),
+                },
             };
             if *kwarg_only {
                 kwargs.push((name.clone(), pa));
@@ -936,26 +1179,48 @@ impl<'g> Context<'g> {
         }
         let meta = match call.n_returns {
             0 => MetaSource::Nothing,
-            1 => MetaSource::AfOutput { node: af, index: None },
-            k => MetaSource::AfOutputs { node: af, start: 0, end: k },
+            1 => MetaSource::AfOutput {
+                node: af,
+                index: None,
+            },
+            k => MetaSource::AfOutputs {
+                node: af,
+                start: 0,
+                end: k,
+            },
         };
         let call_id = self.insert(af, Callee::Target(call.op), args, kwargs, meta);
-        let value_of = |i: usize| call.return_buffers.get(i).copied().flatten().and_then(|w| bufs.get(w)).map(|b| ValueRef::New(*b));
+        let value_of = |i: usize| {
+            call.return_buffers
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|w| bufs.get(w))
+                .map(|b| ValueRef::New(*b))
+        };
         if call.n_returns == 1 {
             let v = value_of(0).unwrap_or(ValueRef::New(call_id));
             self.replace(af, v);
             self.binds.insert(af, vec![Bind::Tensor]);
         } else {
             for u in users {
-                let Role::AfResult { index, .. } = self.roles[u.idx()] else { continue };
+                let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                    continue;
+                };
                 let v = match value_of(index) {
                     Some(v) => v,
                     None => ValueRef::New(self.insert(
                         af,
                         Callee::Getitem,
-                        vec![PlanArg::Ref(ValueRef::New(call_id)), PlanArg::Int(i64::try_from(index).unwrap_or(0))],
+                        vec![
+                            PlanArg::Ref(ValueRef::New(call_id)),
+                            PlanArg::Int(i64::try_from(index).unwrap_or(0)),
+                        ],
                         vec![],
-                        MetaSource::AfOutput { node: af, index: Some(index) },
+                        MetaSource::AfOutput {
+                            node: af,
+                            index: Some(index),
+                        },
                     )),
                 };
                 self.replace(u, v);
@@ -993,11 +1258,20 @@ impl<'g> Context<'g> {
             } else {
                 // The new value lives in the input's own memory under another
                 // layout: copy through a temporary, never overlapping memory.
-                let tmp = self.insert(copy, Callee::Aten("aten::clone.default"), vec![PlanArg::Ref(self.resolve(src))], vec![], MetaSource::Compute);
+                let tmp = self.insert(
+                    copy,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(self.resolve(src))],
+                    vec![],
+                    MetaSource::Compute,
+                );
                 let fresh = self.insert(
                     copy,
                     Callee::Aten("aten::copy_.default"),
-                    vec![PlanArg::Ref(ValueRef::Old(dst)), PlanArg::Ref(ValueRef::New(tmp))],
+                    vec![
+                        PlanArg::Ref(ValueRef::Old(dst)),
+                        PlanArg::Ref(ValueRef::New(tmp)),
+                    ],
                     vec![],
                     MetaSource::Compute,
                 );
@@ -1013,7 +1287,11 @@ impl<'g> Context<'g> {
     }
 
     fn finish(self) -> Plan {
-        Plan { edits: self.edits, new_nodes: self.new_nodes, report: self.report }
+        Plan {
+            edits: self.edits,
+            new_nodes: self.new_nodes,
+            report: self.report,
+        }
     }
 }
 
@@ -1032,11 +1310,22 @@ fn provably_disjoint(a: &Geometry, b: &Geometry) -> bool {
     if a.root != b.root {
         return false;
     }
-    let k = a.steps.iter().zip(&b.steps).take_while(|(x, y)| x == y).count();
+    let k = a
+        .steps
+        .iter()
+        .zip(&b.steps)
+        .take_while(|(x, y)| x == y)
+        .count();
     match (a.steps.get(k), b.steps.get(k)) {
         (Some(x), Some(y)) => {
-            let ga = Geometry { root: a.root, steps: a.steps[..=k].to_vec() };
-            let gb = Geometry { root: b.root, steps: vec![a.steps[..k].to_vec(), vec![y.clone()]].concat() };
+            let ga = Geometry {
+                root: a.root,
+                steps: a.steps[..=k].to_vec(),
+            };
+            let gb = Geometry {
+                root: b.root,
+                steps: [a.steps[..k].to_vec(), vec![y.clone()]].concat(),
+            };
             let _ = x;
             ga.disjoint_from(&gb)
         }
@@ -1056,5 +1345,11 @@ fn required_storage(size: &[i64], stride: &[i64], offset: i64) -> i64 {
     if size.contains(&0) {
         return 0;
     }
-    offset + size.iter().zip(stride).map(|(s, st)| (s - 1) * st).sum::<i64>() + 1
+    offset
+        + size
+            .iter()
+            .zip(stride)
+            .map(|(s, st)| (s - 1) * st)
+            .sum::<i64>()
+        + 1
 }

@@ -73,7 +73,10 @@ impl Error {
 
     /// Shorthand for an [`Error::InvalidGraph`] about one node.
     pub(crate) fn invalid(node: usize, detail: impl Into<String>) -> Self {
-        Error::InvalidGraph { node: u32::try_from(node).ok(), detail: detail.into() }
+        Error::InvalidGraph {
+            node: u32::try_from(node).ok(),
+            detail: detail.into(),
+        }
     }
 }
 
@@ -85,10 +88,23 @@ mod tests {
     fn kinds_are_distinct_and_messages_name_the_node() {
         let errs = [
             Error::invalid(3, "x"),
-            Error::Decode { offset: 1, detail: "x".into() },
-            Error::Version { found: 9, supported: 1 },
-            Error::Unsupported { node: 1, op: "a::b".into(), reason: "r".into() },
-            Error::Internal { node: 2, detail: "d".into() },
+            Error::Decode {
+                offset: 1,
+                detail: "x".into(),
+            },
+            Error::Version {
+                found: 9,
+                supported: 1,
+            },
+            Error::Unsupported {
+                node: 1,
+                op: "a::b".into(),
+                reason: "r".into(),
+            },
+            Error::Internal {
+                node: 2,
+                detail: "d".into(),
+            },
         ];
         let kinds: std::collections::BTreeSet<_> = errs.iter().map(Error::kind).collect();
         assert_eq!(kinds.len(), errs.len());

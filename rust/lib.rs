@@ -28,9 +28,9 @@ pub mod engine;
 pub mod error;
 pub mod ir;
 pub mod plan;
-pub mod rules;
 #[cfg(feature = "python")]
 mod python;
+pub mod rules;
 
 pub use engine::plan;
 pub use error::{Error, Result};

@@ -220,7 +220,10 @@ impl Report {
             let pos = match out.iter().position(|s| s.op == d.op) {
                 Some(p) => p,
                 None => {
-                    out.push(OpSummary { op: d.op.clone(), ..OpSummary::default() });
+                    out.push(OpSummary {
+                        op: d.op.clone(),
+                        ..OpSummary::default()
+                    });
                     out.len() - 1
                 }
             };
@@ -240,7 +243,10 @@ impl Report {
     /// Number of nodes left alone.
     #[must_use]
     pub fn left(&self) -> usize {
-        self.decisions.iter().filter(|d| d.action == Action::Left).count()
+        self.decisions
+            .iter()
+            .filter(|d| d.action == Action::Left)
+            .count()
     }
 
     /// Number of clones kept.

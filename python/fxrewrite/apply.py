@@ -36,7 +36,7 @@ def _fake_mode(graph: torch.fx.Graph) -> Any:
 
 
 class _Prepared:
-    __slots__ = ("args", "callee", "id", "kwargs", "meta_val", "origin", "before")
+    __slots__ = ("args", "before", "callee", "id", "kwargs", "meta_val", "origin")
 
     def __init__(self) -> None:
         self.id = 0
@@ -78,7 +78,7 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
         return v
 
     def arg(a: Any) -> Any:
-        (kind, body), = a.items() if isinstance(a, dict) else (((a, None),))
+        ((kind, body),) = a.items() if isinstance(a, dict) else (((a, None),))
         if kind == "Ref":
             return ref(body)
         if kind == "FromKwarg":
@@ -97,7 +97,7 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
         raise InternalError(f"unknown plan argument {a!r}")
 
     def ref(r: dict[str, Any]) -> Any:
-        (kind, i), = r.items()
+        ((kind, i),) = r.items()
         if kind == "Old":
             return old(i)
         if i not in prepared:
@@ -114,7 +114,7 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
         return users[n]
 
     for e in edits:
-        (kind, body), = e.items()
+        ((kind, body),) = e.items()
         if kind == "Insert":
             p = _Prepared()
             p.id = body["id"]
@@ -162,7 +162,7 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
     to_erase: list[torch.fx.Node] = []
     try:
         for e in edits:
-            (kind, body), = e.items()
+            ((kind, body),) = e.items()
             if kind == "Insert":
                 p = prepared[body["id"]]
                 # Re-read pass-through kwargs now: earlier replacements may
@@ -232,7 +232,7 @@ def _meta_for(meta: Any, p: _Prepared, nodes: list[torch.fx.Node], fake_of: Any)
         return _COMPUTE
     if meta == "Nothing":
         return None
-    (kind, body), = meta.items()
+    ((kind, body),) = meta.items()
     val = nodes[body["node"]].meta.get("val")
     if val is None:
         return None

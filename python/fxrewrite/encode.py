@@ -27,7 +27,14 @@ import torch
 import torch.fx
 from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
-OPCODES = {"placeholder": 0, "get_attr": 1, "call_function": 2, "call_method": 3, "call_module": 4, "output": 5}
+OPCODES = {
+    "placeholder": 0,
+    "get_attr": 1,
+    "call_function": 2,
+    "call_method": 3,
+    "call_module": 4,
+    "output": 5,
+}
 
 _T_NODE, _T_LIST, _T_TUPLE, _T_DTYPE, _T_DEVICE, _T_LAYOUT, _T_MEMFMT, _T_TARGET, _T_OPAQUE = range(9)
 _ARG_TENSOR, _ARG_OPT_TENSOR, _ARG_TENSOR_LIST, _ARG_OTHER = range(4)
@@ -106,7 +113,9 @@ class Encoded:
 
     __slots__ = ("nodes", "parts", "targets")
 
-    def __init__(self, parts: tuple[list[Any], list[Any]], nodes: list[torch.fx.Node], targets: list[Any]) -> None:
+    def __init__(
+        self, parts: tuple[list[Any], list[Any]], nodes: list[torch.fx.Node], targets: list[Any]
+    ) -> None:
         self.parts = parts
         self.nodes = nodes
         self.targets = targets
@@ -235,4 +244,3 @@ def is_auto_functionalized(node: torch.fx.Node) -> bool:
 def count_auto_functionalized(graph: torch.fx.Graph) -> int:
     """Number of auto_functionalized(_v2) nodes in ``graph``."""
     return sum(1 for n in graph.nodes if is_auto_functionalized(n))
-

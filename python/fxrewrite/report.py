@@ -108,7 +108,8 @@ class Report:
         out: dict[str, dict[str, Any]] = {}
         for d in self.decisions:
             s = out.setdefault(
-                d.op, {"op": d.op, "found": 0, "reinplaced": 0, "cloned": 0, "left": 0, "moved": 0, "bytes": 0}
+                d.op,
+                {"op": d.op, "found": 0, "reinplaced": 0, "cloned": 0, "left": 0, "moved": 0, "bytes": 0},
             )
             s["found"] += 1
             s[d.action] += 1
@@ -123,7 +124,8 @@ class Report:
         return (
             f"fxrewrite: {self.found} auto_functionalized nodes: {self.reinplaced} re-inplaced, "
             f"{self.cloned} with clones ({len(self.clones)} clones, {self.bytes_copied} bytes), "
-            f"{len(self.left)} left, {self.moved} readers moved, {self.writebacks_removed} write-backs removed"
+            f"{len(self.left)} left, {self.moved} readers moved, "
+            f"{self.writebacks_removed} write-backs removed"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -60,7 +60,12 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
         log.warning("fxrewrite left the graph untouched: %s: %s", type(e).__name__, e)
         return Report(nodes=len(graph.nodes), error=f"{type(e).__name__}: {e}")
     _add_sources(graph, report)
-    report.timings = {"encode": t1 - t0, "engine": t2 - t1, "apply": t3 - t2, "total": time.perf_counter() - t0}
+    report.timings = {
+        "encode": t1 - t0,
+        "engine": t2 - t1,
+        "apply": t3 - t2,
+        "total": time.perf_counter() - t0,
+    }
     for d in report.left:
         log.warning("fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
     log.info("%s", report.summary())

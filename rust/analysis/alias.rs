@@ -112,14 +112,20 @@ pub enum Role {
 fn is_meta_only(name: &str) -> bool {
     matches!(
         name,
-        "aten::sym_size.int" | "aten::sym_stride.int" | "aten::sym_numel.default" | "aten::sym_storage_offset.default"
+        "aten::sym_size.int"
+            | "aten::sym_stride.int"
+            | "aten::sym_numel.default"
+            | "aten::sym_storage_offset.default"
     )
 }
 
 /// Operators whose schema claims a fresh result but whose Inductor lowering
 /// returns a view of the input.
 fn hides_alias(name: &str) -> bool {
-    matches!(name, "aten::_unsafe_view.default" | "prims::view_of.default" | "aten::_reshape_alias.default")
+    matches!(
+        name,
+        "aten::_unsafe_view.default" | "prims::view_of.default" | "aten::_reshape_alias.default"
+    )
 }
 
 fn meta_rank(graph: &Graph, n: NodeId) -> Option<i64> {
@@ -141,9 +147,19 @@ fn norm_dim(graph: &Graph, src: NodeId, dim: i64) -> Option<i64> {
 
 /// Canonical slice step, or `None` when it is the identity. Falls back to an
 /// opaque step when a negative index cannot be resolved without sizes.
-fn slice_step(graph: &Graph, node: NodeId, src: NodeId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Option<ViewStep> {
+fn slice_step(
+    graph: &Graph,
+    node: NodeId,
+    src: NodeId,
+    dim: i64,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Option<ViewStep> {
     let opaque = Some(ViewStep::Opaque(node));
-    let Some(dim) = norm_dim(graph, src, dim) else { return opaque };
+    let Some(dim) = norm_dim(graph, src, dim) else {
+        return opaque;
+    };
     let size = meta_size(graph, src, dim);
     let resolve = |v: i64| -> Option<i64> {
         if v >= 0 {
@@ -152,22 +168,36 @@ fn slice_step(graph: &Graph, node: NodeId, src: NodeId, dim: i64, start: Option<
             size.map(|s| (v + s).max(0))
         }
     };
-    let Some(start) = resolve(start.unwrap_or(0)) else { return opaque };
-    let Some(end) = resolve(end.unwrap_or(i64::MAX)) else { return opaque };
+    let Some(start) = resolve(start.unwrap_or(0)) else {
+        return opaque;
+    };
+    let Some(end) = resolve(end.unwrap_or(i64::MAX)) else {
+        return opaque;
+    };
     let identity = start == 0 && step == 1 && size.map_or(end == i64::MAX, |s| end >= s);
     if identity {
         return None;
     }
-    Some(ViewStep::Slice { dim, start, end, step })
+    Some(ViewStep::Slice {
+        dim,
+        start,
+        end,
+        step,
+    })
 }
 
 fn select_step(graph: &Graph, node: NodeId, src: NodeId, dim: i64, index: i64) -> ViewStep {
-    let Some(dim) = norm_dim(graph, src, dim) else { return ViewStep::Opaque(node) };
+    let Some(dim) = norm_dim(graph, src, dim) else {
+        return ViewStep::Opaque(node);
+    };
     if index >= 0 {
         return ViewStep::Select { dim, index };
     }
     match meta_size(graph, src, dim) {
-        Some(s) if index + s >= 0 => ViewStep::Select { dim, index: index + s },
+        Some(s) if index + s >= 0 => ViewStep::Select {
+            dim,
+            index: index + s,
+        },
         _ => ViewStep::Opaque(node),
     }
 }
@@ -190,24 +220,39 @@ fn opt_int(v: Option<Value>) -> Option<Option<i64>> {
 
 /// The step of a view operator applied by `node` to `src`, from its name and
 /// arguments. `Ok(None)` is an identity view.
-fn view_step(graph: &Graph, node_id: NodeId, src: NodeId, name: &str, schema: &OpSchema) -> (Option<ViewStep>, bool) {
+fn view_step(
+    graph: &Graph,
+    node_id: NodeId,
+    src: NodeId,
+    name: &str,
+    schema: &OpSchema,
+) -> (Option<ViewStep>, bool) {
     let node = graph.node(node_id);
     let opaque = (Some(ViewStep::Opaque(node_id)), false);
     match name {
-        "aten::alias.default" | "aten::detach.default" | "aten::lift_fresh.default" => (None, false),
+        "aten::alias.default" | "aten::detach.default" | "aten::lift_fresh.default" => {
+            (None, false)
+        }
         "aten::slice.Tensor" => {
             let dim = opt_int(arg(node, schema, 1)).flatten().unwrap_or(0);
-            let (Some(start), Some(end)) = (opt_int(arg(node, schema, 2)), opt_int(arg(node, schema, 3))) else {
+            let (Some(start), Some(end)) =
+                (opt_int(arg(node, schema, 2)), opt_int(arg(node, schema, 3)))
+            else {
                 return opaque;
             };
             let step = opt_int(arg(node, schema, 4)).flatten().unwrap_or(1);
             if step < 1 {
                 return opaque;
             }
-            (slice_step(graph, node_id, src, dim, start, end, step), false)
+            (
+                slice_step(graph, node_id, src, dim, start, end, step),
+                false,
+            )
         }
         "aten::select.int" => {
-            let (Some(Some(dim)), Some(Some(index))) = (opt_int(arg(node, schema, 1)), opt_int(arg(node, schema, 2))) else {
+            let (Some(Some(dim)), Some(Some(index))) =
+                (opt_int(arg(node, schema, 1)), opt_int(arg(node, schema, 2)))
+            else {
                 return opaque;
             };
             (Some(select_step(graph, node_id, src, dim, index)), false)
@@ -219,13 +264,23 @@ fn view_step(graph: &Graph, node_id: NodeId, src: NodeId, name: &str, schema: &O
             match (size, stride, offset) {
                 (Some(size), Some(stride), Some(offset)) => {
                     let overlapping = size.iter().zip(&stride).any(|(&s, &st)| st == 0 && s > 1);
-                    (Some(ViewStep::AsStrided { size, stride, offset }), overlapping)
+                    (
+                        Some(ViewStep::AsStrided {
+                            size,
+                            stride,
+                            offset,
+                        }),
+                        overlapping,
+                    )
                 }
                 _ => opaque,
             }
         }
         "aten::view.default" | "aten::reshape.default" | "aten::_unsafe_view.default" => {
-            let same_shape = match (arg(node, schema, 1).and_then(|v| v.as_int_list()), graph.node(src).meta.as_ref()) {
+            let same_shape = match (
+                arg(node, schema, 1).and_then(|v| v.as_int_list()),
+                graph.node(src).meta.as_ref(),
+            ) {
                 (Some(shape), Some(m)) => m.shape.as_ref() == Some(&shape),
                 _ => false,
             };
@@ -235,35 +290,63 @@ fn view_step(graph: &Graph, node_id: NodeId, src: NodeId, name: &str, schema: &O
                 opaque
             }
         }
-        "aten::expand.default" | "aten::expand_as.default" | "aten::broadcast_to.default" | "aten::unfold.default" => {
-            (Some(ViewStep::Opaque(node_id)), true)
-        }
+        "aten::expand.default"
+        | "aten::expand_as.default"
+        | "aten::broadcast_to.default"
+        | "aten::unfold.default" => (Some(ViewStep::Opaque(node_id)), true),
         _ => opaque,
     }
 }
 
 /// The step selecting item `item` of a list-returning view (`split`,
 /// `split_with_sizes`, `unbind`, `chunk`) applied by `list_node`.
-fn list_item_step(graph: &Graph, getitem: NodeId, list_node: NodeId, item: usize, name: &str, schema: &OpSchema) -> Option<ViewStep> {
+fn list_item_step(
+    graph: &Graph,
+    getitem: NodeId,
+    list_node: NodeId,
+    item: usize,
+    name: &str,
+    schema: &OpSchema,
+) -> Option<ViewStep> {
     let node = graph.node(list_node);
     let src = arg(node, schema, 0)?.as_node()?;
     let opaque = Some(ViewStep::Opaque(getitem));
     let item = i64::try_from(item).ok()?;
     match name {
         "aten::split_with_sizes.default" => {
-            let Some(sizes) = arg(node, schema, 1).and_then(|v| v.as_int_list()) else { return opaque };
+            let Some(sizes) = arg(node, schema, 1).and_then(|v| v.as_int_list()) else {
+                return opaque;
+            };
             let dim = opt_int(arg(node, schema, 2)).flatten().unwrap_or(0);
             let idx = usize::try_from(item).ok()?;
             if idx >= sizes.len() {
                 return opaque;
             }
             let start: i64 = sizes[..idx].iter().sum();
-            slice_step(graph, getitem, src, dim, Some(start), Some(start + sizes[idx]), 1)
+            slice_step(
+                graph,
+                getitem,
+                src,
+                dim,
+                Some(start),
+                Some(start + sizes[idx]),
+                1,
+            )
         }
         "aten::split.Tensor" => {
-            let Some(Some(size)) = opt_int(arg(node, schema, 1)) else { return opaque };
+            let Some(Some(size)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
             let dim = opt_int(arg(node, schema, 2)).flatten().unwrap_or(0);
-            slice_step(graph, getitem, src, dim, Some(item * size), Some((item + 1) * size), 1)
+            slice_step(
+                graph,
+                getitem,
+                src,
+                dim,
+                Some(item * size),
+                Some((item + 1) * size),
+                1,
+            )
         }
         "aten::unbind.int" => {
             let dim = opt_int(arg(node, schema, 1)).flatten().unwrap_or(0);
@@ -327,11 +410,15 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
         OpCode::CallFunction => {}
     }
     match target.kind {
-        TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2 => Role::AutoFunctionalized,
+        TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2 => {
+            Role::AutoFunctionalized
+        }
         TargetKind::Getitem => classify_getitem(graph, roles, id, node),
         TargetKind::HigherOrder | TargetKind::Other => Role::Opaque,
         TargetKind::Operator => {
-            let Some(schema) = target.schema.as_ref() else { return Role::Opaque };
+            let Some(schema) = target.schema.as_ref() else {
+                return Role::Opaque;
+            };
             let name = target.name.as_str();
             if is_meta_only(name) {
                 return Role::MetaOnly;
@@ -345,7 +432,9 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
                         arg(node, schema, 0).and_then(|v| v.as_node()),
                         arg(node, schema, 1).and_then(|v| v.as_node()),
                     ) {
-                        if graph.node(dst).op == OpCode::Placeholder || graph.node(dst).op == OpCode::GetAttr {
+                        if graph.node(dst).op == OpCode::Placeholder
+                            || graph.node(dst).op == OpCode::GetAttr
+                        {
                             return Role::InputWriteBack { dst, src };
                         }
                     }
@@ -358,16 +447,30 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
                 }
                 return Role::OtherMutation { written };
             }
-            let src_index = schema.view_source().or_else(|| hides_alias(name).then_some(0));
+            let src_index = schema
+                .view_source()
+                .or_else(|| hides_alias(name).then_some(0));
             if let Some(si) = src_index {
-                let Some(src) = arg(node, schema, si).and_then(|v| v.as_node()) else { return Role::Opaque };
-                if schema.returns.len() == 1 && schema.returns[0].ty == crate::ir::ArgType::TensorList {
+                let Some(src) = arg(node, schema, si).and_then(|v| v.as_node()) else {
+                    return Role::Opaque;
+                };
+                if schema.returns.len() == 1
+                    && schema.returns[0].ty == crate::ir::ArgType::TensorList
+                {
                     // A list of views: its getitems carry the geometry; the list
                     // itself is an opaque view, so direct readers of it count.
-                    return Role::View { src, step: Some(ViewStep::Opaque(id)), overlapping: false };
+                    return Role::View {
+                        src,
+                        step: Some(ViewStep::Opaque(id)),
+                        overlapping: false,
+                    };
                 }
                 let (step, overlapping) = view_step(graph, id, src, name, schema);
-                return Role::View { src, step, overlapping };
+                return Role::View {
+                    src,
+                    step,
+                    overlapping,
+                };
             }
             if schema.returns.iter().any(|r| r.alias.is_some()) {
                 return Role::Opaque;
@@ -378,14 +481,23 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
 }
 
 fn classify_getitem(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Node) -> Role {
-    let (Some(src), Some(index)) = (node.args.first().and_then(Value::as_node), node.args.get(1).and_then(Value::as_int))
-    else {
+    let (Some(src), Some(index)) = (
+        node.args.first().and_then(Value::as_node),
+        node.args.get(1).and_then(Value::as_int),
+    ) else {
         return Role::Opaque;
     };
-    let Ok(index) = usize::try_from(index) else { return Role::Opaque };
+    let Ok(index) = usize::try_from(index) else {
+        return Role::Opaque;
+    };
     match &roles[src.idx()] {
         Role::AutoFunctionalized => return Role::AfResult { af: src, index },
-        Role::AfResult { .. } => return Role::AfListItem { list: src, item: index },
+        Role::AfResult { .. } => {
+            return Role::AfListItem {
+                list: src,
+                item: index,
+            }
+        }
         Role::Opaque => return Role::Opaque,
         _ => {}
     }
@@ -393,16 +505,28 @@ fn classify_getitem(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir:
     if src_target.kind != TargetKind::Operator {
         return Role::Opaque;
     }
-    let Some(schema) = src_target.schema.as_ref() else { return Role::Opaque };
-    let ret = if schema.returns.len() == 1 { schema.returns.first() } else { schema.returns.get(index) };
+    let Some(schema) = src_target.schema.as_ref() else {
+        return Role::Opaque;
+    };
+    let ret = if schema.returns.len() == 1 {
+        schema.returns.first()
+    } else {
+        schema.returns.get(index)
+    };
     match ret.and_then(|r| r.alias.as_ref()) {
         None => Role::Fresh,
         Some(a) if a.is_write => Role::Opaque,
         Some(_) => {
             if schema.returns.len() == 1 && schema.returns[0].ty == crate::ir::ArgType::TensorList {
-                let Some(base) = arg(graph.node(src), schema, 0).and_then(|v| v.as_node()) else { return Role::Opaque };
+                let Some(base) = arg(graph.node(src), schema, 0).and_then(|v| v.as_node()) else {
+                    return Role::Opaque;
+                };
                 let step = list_item_step(graph, id, src, index, &src_target.name, schema);
-                Role::View { src: base, step, overlapping: false }
+                Role::View {
+                    src: base,
+                    step,
+                    overlapping: false,
+                }
             } else {
                 Role::Opaque
             }
@@ -437,7 +561,8 @@ impl Geometry {
     /// chain up to a last step that selects disjoint ranges of one dimension.
     #[must_use]
     pub fn disjoint_from(&self, other: &Geometry) -> bool {
-        if self.root != other.root || self.steps.len() != other.steps.len() || self.steps.is_empty() {
+        if self.root != other.root || self.steps.len() != other.steps.len() || self.steps.is_empty()
+        {
             return false;
         }
         let n = self.steps.len() - 1;
@@ -445,7 +570,12 @@ impl Geometry {
             return false;
         }
         let range = |s: &ViewStep| match s {
-            ViewStep::Slice { dim, start, end, step: 1 } => Some((*dim, *start, *end)),
+            ViewStep::Slice {
+                dim,
+                start,
+                end,
+                step: 1,
+            } => Some((*dim, *start, *end)),
             ViewStep::Select { dim, index } => Some((*dim, *index, index + 1)),
             _ => None,
         };
@@ -461,14 +591,41 @@ mod tests {
     use super::*;
 
     fn g(root: u32, steps: Vec<ViewStep>) -> Geometry {
-        Geometry { root: NodeId(root), steps }
+        Geometry {
+            root: NodeId(root),
+            steps,
+        }
     }
 
     #[test]
     fn disjoint_slices_and_selects() {
-        let a = g(0, vec![ViewStep::Slice { dim: 1, start: 0, end: 4, step: 1 }]);
-        let b = g(0, vec![ViewStep::Slice { dim: 1, start: 4, end: 8, step: 1 }]);
-        let c = g(0, vec![ViewStep::Slice { dim: 1, start: 3, end: 8, step: 1 }]);
+        let a = g(
+            0,
+            vec![ViewStep::Slice {
+                dim: 1,
+                start: 0,
+                end: 4,
+                step: 1,
+            }],
+        );
+        let b = g(
+            0,
+            vec![ViewStep::Slice {
+                dim: 1,
+                start: 4,
+                end: 8,
+                step: 1,
+            }],
+        );
+        let c = g(
+            0,
+            vec![ViewStep::Slice {
+                dim: 1,
+                start: 3,
+                end: 8,
+                step: 1,
+            }],
+        );
         assert!(a.disjoint_from(&b));
         assert!(!a.disjoint_from(&c));
         let s0 = g(0, vec![ViewStep::Select { dim: 0, index: 0 }]);
@@ -481,7 +638,11 @@ mod tests {
     #[test]
     fn as_strided_cuts_the_chain() {
         let base = g(0, vec![ViewStep::Select { dim: 0, index: 1 }]);
-        let st = ViewStep::AsStrided { size: vec![2], stride: vec![1], offset: 4 };
+        let st = ViewStep::AsStrided {
+            size: vec![2],
+            stride: vec![1],
+            offset: 4,
+        };
         assert_eq!(base.then(&st), g(0, vec![st.clone()]));
     }
 }

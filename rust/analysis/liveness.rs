@@ -57,7 +57,12 @@ pub fn last_reads(roles: &[Role], uses: &Uses) -> Vec<Option<u32>> {
 /// Calls `f(reader, via)` for every node that reads `value`'s memory, directly
 /// or through a chain of views (`via` is the node it reads). Stops early and
 /// returns `false` when `f` returns `false`.
-pub fn for_each_reader(roles: &[Role], uses: &Uses, value: NodeId, f: &mut impl FnMut(NodeId, NodeId) -> bool) -> bool {
+pub fn for_each_reader(
+    roles: &[Role],
+    uses: &Uses,
+    value: NodeId,
+    f: &mut impl FnMut(NodeId, NodeId) -> bool,
+) -> bool {
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         for &u in uses.users(v) {

@@ -43,13 +43,19 @@ impl Uses {
                 }
             });
         }
-        Self { offsets: counts, users }
+        Self {
+            offsets: counts,
+            users,
+        }
     }
 
     /// The users of `n`, in graph order.
     #[must_use]
     pub fn users(&self, n: NodeId) -> &[NodeId] {
-        let (a, b) = (self.offsets[n.idx()] as usize, self.offsets[n.idx() + 1] as usize);
+        let (a, b) = (
+            self.offsets[n.idx()] as usize,
+            self.offsets[n.idx() + 1] as usize,
+        );
         &self.users[a..b]
     }
 }
@@ -61,13 +67,37 @@ mod tests {
 
     #[test]
     fn users_are_listed_once_in_graph_order() {
-        let mk = |op, args| Node { op, name: String::new(), target: TargetId(0), args, kwargs: vec![], meta: None, source: None };
+        let mk = |op, args| Node {
+            op,
+            name: String::new(),
+            target: TargetId(0),
+            args,
+            kwargs: vec![],
+            meta: None,
+            source: None,
+        };
         let g = Graph {
-            targets: vec![Target { name: "f".into(), kind: TargetKind::Other, schema: None }],
+            targets: vec![Target {
+                name: "f".into(),
+                kind: TargetKind::Other,
+                schema: None,
+            }],
             nodes: vec![
                 mk(OpCode::Placeholder, vec![]),
-                mk(OpCode::CallFunction, vec![Value::Node(NodeId(0)), Value::List(vec![Value::Node(NodeId(0))])]),
-                mk(OpCode::Output, vec![Value::Tuple(vec![Value::Node(NodeId(1)), Value::Node(NodeId(0))])]),
+                mk(
+                    OpCode::CallFunction,
+                    vec![
+                        Value::Node(NodeId(0)),
+                        Value::List(vec![Value::Node(NodeId(0))]),
+                    ],
+                ),
+                mk(
+                    OpCode::Output,
+                    vec![Value::Tuple(vec![
+                        Value::Node(NodeId(1)),
+                        Value::Node(NodeId(0)),
+                    ])],
+                ),
             ],
         };
         let u = Uses::build(&g);

@@ -11,7 +11,6 @@
 //! The invariants above are checked once, by [`validate::validate`], on every
 //! graph that comes from outside (Python or a file); the engine relies on them.
 
-
 pub mod schema;
 pub mod validate;
 
@@ -331,7 +330,11 @@ impl Graph {
     /// Interns a target and returns its id (an existing one when the name and
     /// kind already exist).
     pub fn add_target(&mut self, target: Target) -> TargetId {
-        if let Some(pos) = self.targets.iter().position(|t| t.name == target.name && t.kind == target.kind) {
+        if let Some(pos) = self
+            .targets
+            .iter()
+            .position(|t| t.name == target.name && t.kind == target.kind)
+        {
             return TargetId(u32::try_from(pos).unwrap_or(u32::MAX));
         }
         self.targets.push(target);

@@ -111,7 +111,11 @@ impl OpTags {
     /// Inverse of [`OpTags::bits`]; unknown bits are ignored.
     #[must_use]
     pub fn from_bits(bits: u8) -> Self {
-        Self { out: bits & 1 != 0, inplace: bits & 2 != 0, nondeterministic: bits & 4 != 0 }
+        Self {
+            out: bits & 1 != 0,
+            inplace: bits & 2 != 0,
+            nondeterministic: bits & 4 != 0,
+        }
     }
 }
 
@@ -145,15 +149,27 @@ impl OpSchema {
     pub fn view_source(&self) -> Option<usize> {
         let ret = self.returns.first()?;
         let set = &ret.alias.as_ref().filter(|a| !a.is_write)?.set;
-        self.args.iter().position(|a| a.alias.as_ref().is_some_and(|al| &al.set == set && !al.is_write))
+        self.args.iter().position(|a| {
+            a.alias
+                .as_ref()
+                .is_some_and(|al| &al.set == set && !al.is_write)
+        })
     }
 
     /// The argument index return `i` aliases through a write annotation
     /// (`-> Tensor(a!)` of out= and in-place operators).
     #[must_use]
     pub fn written_return_source(&self, i: usize) -> Option<usize> {
-        let set = &self.returns.get(i)?.alias.as_ref().filter(|a| a.is_write)?.set;
-        self.args.iter().position(|a| a.alias.as_ref().is_some_and(|al| &al.set == set))
+        let set = &self
+            .returns
+            .get(i)?
+            .alias
+            .as_ref()
+            .filter(|a| a.is_write)?
+            .set;
+        self.args
+            .iter()
+            .position(|a| a.alias.as_ref().is_some_and(|al| &al.set == set))
     }
 }
 
@@ -165,7 +181,10 @@ mod tests {
         SchemaArg {
             name: name.into(),
             ty,
-            alias: alias.map(|(s, w)| AliasInfo { set: s.into(), is_write: w }),
+            alias: alias.map(|(s, w)| AliasInfo {
+                set: s.into(),
+                is_write: w,
+            }),
             kwarg_only: false,
         }
     }
@@ -173,8 +192,17 @@ mod tests {
     #[test]
     fn view_source_finds_the_aliased_argument() {
         let slice = OpSchema {
-            args: vec![arg("self", ArgType::Tensor, Some(("a", false))), arg("dim", ArgType::Other, None)],
-            returns: vec![SchemaReturn { ty: ArgType::Tensor, alias: Some(AliasInfo { set: "a".into(), is_write: false }) }],
+            args: vec![
+                arg("self", ArgType::Tensor, Some(("a", false))),
+                arg("dim", ArgType::Other, None),
+            ],
+            returns: vec![SchemaReturn {
+                ty: ArgType::Tensor,
+                alias: Some(AliasInfo {
+                    set: "a".into(),
+                    is_write: false,
+                }),
+            }],
             tags: OpTags::default(),
         };
         assert_eq!(slice.view_source(), Some(0));

@@ -17,7 +17,10 @@ pub const MAX_VALUE_DEPTH: usize = 32;
 /// [`Error::InvalidGraph`] naming the first offending node.
 pub fn validate(graph: &Graph) -> Result<()> {
     if u32::try_from(graph.nodes.len()).is_err() || u32::try_from(graph.targets.len()).is_err() {
-        return Err(Error::InvalidGraph { node: None, detail: "graph too large".into() });
+        return Err(Error::InvalidGraph {
+            node: None,
+            detail: "graph too large".into(),
+        });
     }
     for (ti, t) in graph.targets.iter().enumerate() {
         if t.kind == TargetKind::Operator && t.schema.is_none() {
@@ -30,7 +33,10 @@ pub fn validate(graph: &Graph) -> Result<()> {
     let mut outputs = 0usize;
     for (i, node) in graph.nodes.iter().enumerate() {
         if node.target.idx() >= graph.targets.len() {
-            return Err(Error::invalid(i, format!("target index {} out of range", node.target.0)));
+            return Err(Error::invalid(
+                i,
+                format!("target index {} out of range", node.target.0),
+            ));
         }
         if node.op == OpCode::Output {
             outputs += 1;
@@ -44,7 +50,10 @@ pub fn validate(graph: &Graph) -> Result<()> {
         }
     }
     if outputs != 1 {
-        return Err(Error::InvalidGraph { node: None, detail: format!("expected one output node, found {outputs}") });
+        return Err(Error::InvalidGraph {
+            node: None,
+            detail: format!("expected one output node, found {outputs}"),
+        });
     }
     Ok(())
 }
@@ -54,15 +63,17 @@ fn check_value(graph: &Graph, i: usize, self_id: NodeId, v: &Value, depth: usize
         return Err(Error::invalid(i, "argument nested too deeply"));
     }
     match v {
-        Value::Node(n) if *n >= self_id => {
-            Err(Error::invalid(i, format!("operand %{} does not come before its user", n.0)))
-        }
-        Value::Target(t) if t.idx() >= graph.targets.len() => {
-            Err(Error::invalid(i, format!("target index {} out of range", t.0)))
-        }
-        Value::List(items) | Value::Tuple(items) => {
-            items.iter().try_for_each(|item| check_value(graph, i, self_id, item, depth + 1))
-        }
+        Value::Node(n) if *n >= self_id => Err(Error::invalid(
+            i,
+            format!("operand %{} does not come before its user", n.0),
+        )),
+        Value::Target(t) if t.idx() >= graph.targets.len() => Err(Error::invalid(
+            i,
+            format!("target index {} out of range", t.0),
+        )),
+        Value::List(items) | Value::Tuple(items) => items
+            .iter()
+            .try_for_each(|item| check_value(graph, i, self_id, item, depth + 1)),
         _ => Ok(()),
     }
 }
@@ -73,30 +84,57 @@ mod tests {
     use crate::ir::{Node, Target, TargetId};
 
     fn node(op: OpCode, args: Vec<Value>) -> Node {
-        Node { op, name: "n".into(), target: TargetId(0), args, kwargs: vec![], meta: None, source: None }
+        Node {
+            op,
+            name: "n".into(),
+            target: TargetId(0),
+            args,
+            kwargs: vec![],
+            meta: None,
+            source: None,
+        }
     }
 
     fn graph(nodes: Vec<Node>) -> Graph {
-        Graph { targets: vec![Target { name: "x".into(), kind: TargetKind::Other, schema: None }], nodes }
+        Graph {
+            targets: vec![Target {
+                name: "x".into(),
+                kind: TargetKind::Other,
+                schema: None,
+            }],
+            nodes,
+        }
     }
 
     #[test]
     fn accepts_a_well_formed_graph() {
-        let g = graph(vec![node(OpCode::Placeholder, vec![]), node(OpCode::Output, vec![Value::Node(NodeId(0))])]);
+        let g = graph(vec![
+            node(OpCode::Placeholder, vec![]),
+            node(OpCode::Output, vec![Value::Node(NodeId(0))]),
+        ]);
         assert_eq!(validate(&g), Ok(()));
     }
 
     #[test]
     fn rejects_forward_references() {
-        let g = graph(vec![node(OpCode::CallFunction, vec![Value::Node(NodeId(1))]), node(OpCode::Output, vec![])]);
+        let g = graph(vec![
+            node(OpCode::CallFunction, vec![Value::Node(NodeId(1))]),
+            node(OpCode::Output, vec![]),
+        ]);
         let err = validate(&g).unwrap_err();
-        assert!(matches!(err, Error::InvalidGraph { node: Some(0), .. }), "{err}");
+        assert!(
+            matches!(err, Error::InvalidGraph { node: Some(0), .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn rejects_missing_or_misplaced_output() {
         assert!(validate(&graph(vec![node(OpCode::Placeholder, vec![])])).is_err());
-        let g = graph(vec![node(OpCode::Output, vec![]), node(OpCode::Placeholder, vec![])]);
+        let g = graph(vec![
+            node(OpCode::Output, vec![]),
+            node(OpCode::Placeholder, vec![]),
+        ]);
         assert!(validate(&g).is_err());
     }
 

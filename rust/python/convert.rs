@@ -6,7 +6,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::ir::schema::OpTags;
-use crate::ir::{AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target, TargetId, TargetKind, TensorMeta, Value};
+use crate::ir::{
+    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
+    TargetId, TargetKind, TensorMeta, Value,
+};
 
 const T_NODE: u8 = 0;
 const T_LIST: u8 = 1;
@@ -44,14 +47,18 @@ fn value_from(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if obj.is_instance_of::<PyString>() {
         return Ok(Value::Str(obj.extract::<String>()?));
     }
-    let t = obj.cast::<PyTuple>().map_err(|_| bad("value is not a scalar or a tagged tuple"))?;
+    let t = obj
+        .cast::<PyTuple>()
+        .map_err(|_| bad("value is not a scalar or a tagged tuple"))?;
     if t.len() != 2 {
         return Err(bad("tagged value must have two items"));
     }
     let tag: u8 = t.get_item(0)?.extract()?;
     let payload = t.get_item(1)?;
     let items = |p: &Bound<'_, PyAny>| -> PyResult<Vec<Value>> {
-        let l = p.cast::<PyList>().map_err(|_| bad("list payload must be a list"))?;
+        let l = p
+            .cast::<PyList>()
+            .map_err(|_| bad("list payload must be a list"))?;
         l.iter().map(|x| value_from(&x, depth + 1)).collect()
     };
     Ok(match tag {
@@ -73,7 +80,10 @@ fn value_to<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
         Ok(PyTuple::new(py, [tag.into_pyobject(py)?.into_any(), payload])?.into_any())
     };
     let list = |items: &[Value]| -> PyResult<Bound<'py, PyAny>> {
-        let objs = items.iter().map(|x| value_to(py, x)).collect::<PyResult<Vec<_>>>()?;
+        let objs = items
+            .iter()
+            .map(|x| value_to(py, x))
+            .collect::<PyResult<Vec<_>>>()?;
         Ok(PyList::new(py, objs)?.into_any())
     };
     Ok(match v {
@@ -95,7 +105,10 @@ fn value_to<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
 }
 
 fn alias_from(set: Option<String>, write: bool) -> Option<AliasInfo> {
-    set.map(|set| AliasInfo { set, is_write: write })
+    set.map(|set| AliasInfo {
+        set,
+        is_write: write,
+    })
 }
 
 fn ty(code: u8) -> PyResult<ArgType> {
@@ -113,36 +126,70 @@ fn schema_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<OpSchema>> {
     Ok(Some(OpSchema {
         args: args
             .into_iter()
-            .map(|(name, t, set, write, kwarg_only)| Ok(SchemaArg { name, ty: ty(t)?, alias: alias_from(set, write), kwarg_only }))
+            .map(|(name, t, set, write, kwarg_only)| {
+                Ok(SchemaArg {
+                    name,
+                    ty: ty(t)?,
+                    alias: alias_from(set, write),
+                    kwarg_only,
+                })
+            })
             .collect::<PyResult<_>>()?,
-        returns: returns.into_iter().map(|(t, set, write)| Ok(SchemaReturn { ty: ty(t)?, alias: alias_from(set, write) })).collect::<PyResult<_>>()?,
+        returns: returns
+            .into_iter()
+            .map(|(t, set, write)| {
+                Ok(SchemaReturn {
+                    ty: ty(t)?,
+                    alias: alias_from(set, write),
+                })
+            })
+            .collect::<PyResult<_>>()?,
         tags: OpTags::from_bits(tags),
     }))
 }
 
-type MetaTuple = (String, u32, Option<Vec<i64>>, Option<Vec<i64>>, Option<i64>, u32, Option<u64>, String);
+type MetaTuple = (
+    String,
+    u32,
+    Option<Vec<i64>>,
+    Option<Vec<i64>>,
+    Option<i64>,
+    u32,
+    Option<u64>,
+    String,
+);
 
 /// Builds a graph from `(targets, nodes)` (see encode.py for the layout).
 pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) -> PyResult<Graph> {
     let mut g = Graph::new();
     for t in targets.try_iter()? {
         let t = t?;
-        let t = t.cast::<PyTuple>().map_err(|_| bad("target must be a tuple"))?;
+        let t = t
+            .cast::<PyTuple>()
+            .map_err(|_| bad("target must be a tuple"))?;
         let name: String = t.get_item(0)?.extract()?;
-        let kind = TargetKind::from_code(t.get_item(1)?.extract()?).ok_or_else(|| bad("unknown target kind"))?;
+        let kind = TargetKind::from_code(t.get_item(1)?.extract()?)
+            .ok_or_else(|| bad("unknown target kind"))?;
         let schema = schema_from(&t.get_item(2)?)?;
         g.targets.push(Target { name, kind, schema });
     }
     for n in nodes.try_iter()? {
         let n = n?;
-        let n = n.cast::<PyTuple>().map_err(|_| bad("node must be a tuple"))?;
+        let n = n
+            .cast::<PyTuple>()
+            .map_err(|_| bad("node must be a tuple"))?;
         if n.len() != 7 {
             return Err(bad("node tuple must have 7 items"));
         }
-        let op = OpCode::from_code(n.get_item(0)?.extract()?).ok_or_else(|| bad("unknown opcode"))?;
+        let op =
+            OpCode::from_code(n.get_item(0)?.extract()?).ok_or_else(|| bad("unknown opcode"))?;
         let name: String = n.get_item(1)?.extract()?;
         let target = TargetId(n.get_item(2)?.extract()?);
-        let args = n.get_item(3)?.try_iter()?.map(|a| value_from(&a?, 0)).collect::<PyResult<Vec<_>>>()?;
+        let args = n
+            .get_item(3)?
+            .try_iter()?
+            .map(|a| value_from(&a?, 0))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut kwargs = Vec::new();
         for kv in n.get_item(4)?.try_iter()? {
             let kv = kv?;
@@ -153,11 +200,29 @@ pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) ->
         let meta = if meta_obj.is_none() {
             None
         } else {
-            let (dtype, rank, shape, stride, storage_offset, itemsize, storage, device): MetaTuple = meta_obj.extract()?;
-            Some(TensorMeta { dtype, rank, shape, stride, storage_offset, itemsize, storage, device })
+            let (dtype, rank, shape, stride, storage_offset, itemsize, storage, device): MetaTuple =
+                meta_obj.extract()?;
+            Some(TensorMeta {
+                dtype,
+                rank,
+                shape,
+                stride,
+                storage_offset,
+                itemsize,
+                storage,
+                device,
+            })
         };
         let source: Option<String> = n.get_item(6)?.extract()?;
-        g.nodes.push(Node { op, name, target, args, kwargs, meta, source });
+        g.nodes.push(Node {
+            op,
+            name,
+            target,
+            args,
+            kwargs,
+            meta,
+            source,
+        });
     }
     Ok(g)
 }
@@ -166,36 +231,55 @@ pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) ->
 pub fn graph_to_parts<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyAny>> {
     let mut targets = Vec::with_capacity(g.targets.len());
     for t in &g.targets {
-        let schema = match &t.schema {
-            None => py.None().into_bound(py),
-            Some(s) => {
-                let args: Vec<ArgTuple> = s
-                    .args
-                    .iter()
-                    .map(|a| {
-                        let (set, w) = a.alias.as_ref().map_or((None, false), |al| (Some(al.set.clone()), al.is_write));
-                        (a.name.clone(), a.ty.code(), set, w, a.kwarg_only)
-                    })
-                    .collect();
-                let rets: Vec<RetTuple> = s
-                    .returns
-                    .iter()
-                    .map(|r| {
-                        let (set, w) = r.alias.as_ref().map_or((None, false), |al| (Some(al.set.clone()), al.is_write));
-                        (r.ty.code(), set, w)
-                    })
-                    .collect();
-                (args, rets, s.tags.bits()).into_pyobject(py)?.into_any()
-            }
-        };
-        targets.push(PyTuple::new(py, [t.name.clone().into_pyobject(py)?.into_any(), t.kind.code().into_pyobject(py)?.into_any(), schema])?);
+        let schema =
+            match &t.schema {
+                None => py.None().into_bound(py),
+                Some(s) => {
+                    let args: Vec<ArgTuple> =
+                        s.args
+                            .iter()
+                            .map(|a| {
+                                let (set, w) = a.alias.as_ref().map_or((None, false), |al| {
+                                    (Some(al.set.clone()), al.is_write)
+                                });
+                                (a.name.clone(), a.ty.code(), set, w, a.kwarg_only)
+                            })
+                            .collect();
+                    let rets: Vec<RetTuple> =
+                        s.returns
+                            .iter()
+                            .map(|r| {
+                                let (set, w) = r.alias.as_ref().map_or((None, false), |al| {
+                                    (Some(al.set.clone()), al.is_write)
+                                });
+                                (r.ty.code(), set, w)
+                            })
+                            .collect();
+                    (args, rets, s.tags.bits()).into_pyobject(py)?.into_any()
+                }
+            };
+        targets.push(PyTuple::new(
+            py,
+            [
+                t.name.clone().into_pyobject(py)?.into_any(),
+                t.kind.code().into_pyobject(py)?.into_any(),
+                schema,
+            ],
+        )?);
     }
     let mut nodes = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
-        let args = n.args.iter().map(|a| value_to(py, a)).collect::<PyResult<Vec<_>>>()?;
+        let args = n
+            .args
+            .iter()
+            .map(|a| value_to(py, a))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut kwargs = Vec::with_capacity(n.kwargs.len());
         for (k, v) in &n.kwargs {
-            kwargs.push(PyTuple::new(py, [k.into_pyobject(py)?.into_any(), value_to(py, v)?])?);
+            kwargs.push(PyTuple::new(
+                py,
+                [k.into_pyobject(py)?.into_any(), value_to(py, v)?],
+            )?);
         }
         let meta = match &n.meta {
             None => py.None().into_bound(py),
@@ -229,5 +313,12 @@ pub fn graph_to_parts<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, Py
             ],
         )?);
     }
-    Ok(PyTuple::new(py, [PyList::new(py, targets)?.into_any(), PyList::new(py, nodes)?.into_any()])?.into_any())
+    Ok(PyTuple::new(
+        py,
+        [
+            PyList::new(py, targets)?.into_any(),
+            PyList::new(py, nodes)?.into_any(),
+        ],
+    )?
+    .into_any())
 }

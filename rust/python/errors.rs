@@ -6,11 +6,36 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
-create_exception!(_core, FxrewriteError, PyException, "Base class of every error fxrewrite raises.");
-create_exception!(_core, InvalidGraphError, FxrewriteError, "The graph breaks an invariant of the IR.");
-create_exception!(_core, FileFormatError, FxrewriteError, "A .fxir file is truncated, corrupt, hostile or of another format version.");
-create_exception!(_core, UnsupportedGraphError, FxrewriteError, "Strict mode: a node could not be rewritten.");
-create_exception!(_core, InternalError, FxrewriteError, "A bug in fxrewrite; the graph was left untouched.");
+create_exception!(
+    _core,
+    FxrewriteError,
+    PyException,
+    "Base class of every error fxrewrite raises."
+);
+create_exception!(
+    _core,
+    InvalidGraphError,
+    FxrewriteError,
+    "The graph breaks an invariant of the IR."
+);
+create_exception!(
+    _core,
+    FileFormatError,
+    FxrewriteError,
+    "A .fxir file is truncated, corrupt, hostile or of another format version."
+);
+create_exception!(
+    _core,
+    UnsupportedGraphError,
+    FxrewriteError,
+    "Strict mode: a node could not be rewritten."
+);
+create_exception!(
+    _core,
+    InternalError,
+    FxrewriteError,
+    "A bug in fxrewrite; the graph was left untouched."
+);
 
 /// Converts an engine error into the matching Python exception. The message
 /// is the error's `Display`; `kind` is available as `err.args[1]`.
@@ -31,7 +56,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FxrewriteError", py.get_type::<FxrewriteError>())?;
     m.add("InvalidGraphError", py.get_type::<InvalidGraphError>())?;
     m.add("FileFormatError", py.get_type::<FileFormatError>())?;
-    m.add("UnsupportedGraphError", py.get_type::<UnsupportedGraphError>())?;
+    m.add(
+        "UnsupportedGraphError",
+        py.get_type::<UnsupportedGraphError>(),
+    )?;
     m.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
 }

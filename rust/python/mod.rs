@@ -32,7 +32,9 @@ impl PyGraph {
     /// Plans the rewrite; returns the plan (edits and report) as JSON text.
     fn plan_json(&self, py: Python<'_>) -> PyResult<String> {
         let graph = &self.graph;
-        let plan = py.detach(|| crate::engine::plan(graph)).map_err(errors::to_py)?;
+        let plan = py
+            .detach(|| crate::engine::plan(graph))
+            .map_err(errors::to_py)?;
         serde_json::to_string(&plan).map_err(|e| errors::InternalError::new_err(e.to_string()))
     }
 
@@ -47,14 +49,22 @@ impl PyGraph {
     }
 
     fn __repr__(&self) -> String {
-        format!("<fxrewrite._core.Graph with {} nodes, {} targets>", self.graph.len(), self.graph.targets.len())
+        format!(
+            "<fxrewrite._core.Graph with {} nodes, {} targets>",
+            self.graph.len(),
+            self.graph.targets.len()
+        )
     }
 }
 
 /// The engine version and the registered rule names, for cache keys.
 #[pyfunction]
 fn engine_fingerprint() -> String {
-    format!("{}:{}", crate::ENGINE_VERSION, crate::rules::rule_names().join(","))
+    format!(
+        "{}:{}",
+        crate::ENGINE_VERSION,
+        crate::rules::rule_names().join(",")
+    )
 }
 
 #[pymodule]

@@ -106,8 +106,14 @@ pub fn mutable_op(graph: &Graph, node: NodeId) -> Result<(TargetId, &OpSchema), 
     let target = &graph.targets[t.idx()];
     match (target.kind, target.schema.as_ref()) {
         (TargetKind::Operator, Some(schema)) => Ok((*t, schema)),
-        (TargetKind::HigherOrder, _) => Err(format!("mutating higher-order operator {} is not supported", target.name)),
-        _ => Err(format!("{} is not an operator overload with a schema", target.name)),
+        (TargetKind::HigherOrder, _) => Err(format!(
+            "mutating higher-order operator {} is not supported",
+            target.name
+        )),
+        _ => Err(format!(
+            "{} is not an operator overload with a schema",
+            target.name
+        )),
     }
 }
 
@@ -123,7 +129,9 @@ pub fn return_slots(schema: &OpSchema) -> usize {
 /// (`-> Tensor(a!)` of in-place and out= operators).
 #[must_use]
 pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
-    (0..schema.returns.len()).map(|i| schema.written_return_source(i)).collect()
+    (0..schema.returns.len())
+        .map(|i| schema.written_return_source(i))
+        .collect()
 }
 
 /// Collects the node operands of a read-only value.

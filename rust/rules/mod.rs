@@ -38,7 +38,11 @@ pub trait Rule: Sync {
 /// plans it.
 #[must_use]
 pub fn registry() -> &'static [&'static dyn Rule] {
-    &[&out_buffers_v2::OutBuffersV2, &reinplace_v2::ReinplaceV2, &reinplace_v1::ReinplaceV1]
+    &[
+        &out_buffers_v2::OutBuffersV2,
+        &reinplace_v2::ReinplaceV2,
+        &reinplace_v1::ReinplaceV1,
+    ]
 }
 
 /// The names of all registered rules, for cache keys and `--help`.

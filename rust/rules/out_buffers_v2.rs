@@ -59,7 +59,9 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
         }
     }
     if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
-        return Err(format!("unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"));
+        return Err(format!(
+            "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"
+        ));
     }
     let return_buffers = (0..schema.returns.len())
         .map(|i| {
@@ -67,5 +69,11 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
             schema.written_args().position(|(wi, _)| wi == ai)
         })
         .collect();
-    Ok(OutCall { node, op, args, return_buffers, n_returns: schema.returns.len() })
+    Ok(OutCall {
+        node,
+        op,
+        args,
+        return_buffers,
+        n_returns: schema.returns.len(),
+    })
 }

@@ -5,7 +5,10 @@
 //! no scatter afterwards: the base already holds the result. This is the
 //! rotary-embedding-on-split-qkv case where Inductor keeps one clone per slice.
 
-use super::call::{collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg};
+use super::call::{
+    collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall,
+    ResultSlot, ViewOfBuffer, WrittenArg,
+};
 use super::{Outcome, Rule};
 use crate::engine::Context;
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
@@ -37,10 +40,19 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     let (op, schema) = mutable_op(graph, node)?;
     let n = graph.node(node);
     if n.kwarg("_only_clone_these_tensors").is_some() {
-        return Err("already processed by Inductor's reinplace pass (_only_clone_these_tensors is set)".into());
+        return Err(
+            "already processed by Inductor's reinplace pass (_only_clone_these_tensors is set)"
+                .into(),
+        );
     }
-    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !schema.args.iter().any(|a| &a.name == k)) {
-        return Err(format!("unknown auto_functionalized argument '{k}' (graph from a newer torch?)"));
+    if let Some((k, _)) = n
+        .kwargs
+        .iter()
+        .find(|(k, _)| !schema.args.iter().any(|a| &a.name == k))
+    {
+        return Err(format!(
+            "unknown auto_functionalized argument '{k}' (graph from a newer torch?)"
+        ));
     }
     let mut buffers = Vec::new();
     let mut written = Vec::new();
@@ -48,11 +60,19 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     let mut read_nodes = Vec::new();
     let n_out = return_slots(schema);
     let mut results: Vec<ResultSlot> = (0..n_out).map(ResultSlot::Return).collect();
-    let push_written = |label: String, b: NodeId, buffers: &mut Vec<Buffer>, written: &mut Vec<WrittenArg>| {
-        buffers.push(Buffer { label: label.clone(), node: b });
-        written.push(WrittenArg { label, buffer: buffers.len() - 1, view: ViewOfBuffer::Whole });
-        written.len() - 1
-    };
+    let push_written =
+        |label: String, b: NodeId, buffers: &mut Vec<Buffer>, written: &mut Vec<WrittenArg>| {
+            buffers.push(Buffer {
+                label: label.clone(),
+                node: b,
+            });
+            written.push(WrittenArg {
+                label,
+                buffer: buffers.len() - 1,
+                view: ViewOfBuffer::Whole,
+            });
+            written.len() - 1
+        };
     for a in &schema.args {
         let Some(v) = n.kwarg(&a.name) else {
             return Err(format!("missing argument '{}'", a.name));
@@ -78,7 +98,12 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                 for (i, item) in items.iter().enumerate() {
                     match item {
                         Value::Node(b) => {
-                            let w = push_written(format!("{}[{i}]", a.name), *b, &mut buffers, &mut written);
+                            let w = push_written(
+                                format!("{}[{i}]", a.name),
+                                *b,
+                                &mut buffers,
+                                &mut written,
+                            );
                             slots.push(Some(written[w].buffer));
                             elems.push(Some(w));
                         }
@@ -86,13 +111,23 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                             slots.push(None);
                             elems.push(None);
                         }
-                        other => return Err(format!("unexpected element {other:?} in written list '{}'", a.name)),
+                        other => {
+                            return Err(format!(
+                                "unexpected element {other:?} in written list '{}'",
+                                a.name
+                            ))
+                        }
                     }
                 }
                 results.push(ResultSlot::BufferList(slots));
                 call_args.push((a.name.clone(), a.kwarg_only, CallArg::WrittenList(elems)));
             }
-            (_, other) => return Err(format!("unexpected value {other:?} for written argument '{}'", a.name)),
+            (_, other) => {
+                return Err(format!(
+                    "unexpected value {other:?} for written argument '{}'",
+                    a.name
+                ))
+            }
         }
     }
     let return_aliases = return_alias_args(schema)
@@ -102,5 +137,15 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             written.iter().position(|w: &WrittenArg| &w.label == name)
         })
         .collect();
-    Ok(MutationCall { node, op, form: "v1", buffers, written, call_args, results, return_aliases, read_nodes })
+    Ok(MutationCall {
+        node,
+        op,
+        form: "v1",
+        buffers,
+        written,
+        call_args,
+        results,
+        return_aliases,
+        read_nodes,
+    })
 }

@@ -3,7 +3,10 @@
 //! analysis says a later reader needs the old value), with each written view
 //! regenerated on its base exactly as torch's own dense implementation does.
 
-use super::call::{collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg};
+use super::call::{
+    collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall,
+    ResultSlot, ViewOfBuffer, WrittenArg,
+};
 use super::{Outcome, Rule};
 use crate::engine::Context;
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
@@ -30,7 +33,11 @@ impl Rule for ReinplaceV2 {
 
 /// Reads the view info of one written argument with key prefix `prefix`
 /// (`_x` or `_xs_1`), marking the keys it consumes.
-fn read_view(n: &crate::ir::Node, prefix: &str, used: &mut Vec<String>) -> Result<Option<(usize, ViewOfBuffer)>, String> {
+fn read_view(
+    n: &crate::ir::Node,
+    prefix: &str,
+    used: &mut Vec<String>,
+) -> Result<Option<(usize, ViewOfBuffer)>, String> {
     let key = |s: &str| format!("{prefix}_{s}");
     let base_key = key("base_index");
     used.push(base_key.clone());
@@ -75,7 +82,10 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     let (op, schema) = mutable_op(graph, node)?;
     let n = graph.node(node);
     if n.kwarg("_only_clone_these_bases").is_some() {
-        return Err("already processed by Inductor's reinplace pass (_only_clone_these_bases is set)".into());
+        return Err(
+            "already processed by Inductor's reinplace pass (_only_clone_these_bases is set)"
+                .into(),
+        );
     }
     if n.kwarg("_op_schema").is_some() {
         return Err("mutating higher-order operators (_op_schema) are not supported".into());
@@ -98,12 +108,17 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     let mut call_args = Vec::new();
     let mut read_nodes = Vec::new();
     let mut buffer_for = |base: usize, buffers: &mut Vec<Buffer>| -> Result<usize, String> {
-        let b = *bases.get(base).ok_or_else(|| format!("base index {base} out of range"))?;
+        let b = *bases
+            .get(base)
+            .ok_or_else(|| format!("base index {base} out of range"))?;
         let b = b.ok_or_else(|| format!("_all_bases[{base}] is None"))?;
         if let Some(i) = buffer_of_base[base] {
             return Ok(i);
         }
-        buffers.push(Buffer { label: format!("_all_bases[{base}]"), node: b });
+        buffers.push(Buffer {
+            label: format!("_all_bases[{base}]"),
+            node: b,
+        });
         buffer_of_base[base] = Some(buffers.len() - 1);
         Ok(buffers.len() - 1)
     };
@@ -118,19 +133,31 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             continue;
         }
         match a.ty {
-            ArgType::Tensor | ArgType::OptionalTensor => match read_view(n, &format!("_{}", a.name), &mut used)? {
-                None => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
-                Some((base, view)) => {
-                    let buffer = buffer_for(base, &mut buffers)?;
-                    written.push(WrittenArg { label: a.name.clone(), buffer, view });
-                    call_args.push((a.name.clone(), a.kwarg_only, CallArg::Written(written.len() - 1)));
+            ArgType::Tensor | ArgType::OptionalTensor => {
+                match read_view(n, &format!("_{}", a.name), &mut used)? {
+                    None => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
+                    Some((base, view)) => {
+                        let buffer = buffer_for(base, &mut buffers)?;
+                        written.push(WrittenArg {
+                            label: a.name.clone(),
+                            buffer,
+                            view,
+                        });
+                        call_args.push((
+                            a.name.clone(),
+                            a.kwarg_only,
+                            CallArg::Written(written.len() - 1),
+                        ));
+                    }
                 }
-            },
+            }
             ArgType::TensorList => {
                 let len_key = format!("_{}_length", a.name);
                 used.push(len_key.clone());
                 match n.kwarg(&len_key) {
-                    Some(Value::None) => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
+                    Some(Value::None) => {
+                        call_args.push((a.name.clone(), a.kwarg_only, CallArg::None))
+                    }
                     Some(Value::Int(len)) => {
                         let mut items = Vec::new();
                         for i in 0..*len {
@@ -138,7 +165,11 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                                 None => items.push(None),
                                 Some((base, view)) => {
                                     let buffer = buffer_for(base, &mut buffers)?;
-                                    written.push(WrittenArg { label: format!("{}[{i}]", a.name), buffer, view });
+                                    written.push(WrittenArg {
+                                        label: format!("{}[{i}]", a.name),
+                                        buffer,
+                                        view,
+                                    });
                                     items.push(Some(written.len() - 1));
                                 }
                             }
@@ -152,9 +183,15 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         }
     }
     if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
-        return Err(format!("unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"));
+        return Err(format!(
+            "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"
+        ));
     }
-    if bases.iter().enumerate().any(|(i, b)| b.is_some() && buffer_of_base[i].is_none()) {
+    if bases
+        .iter()
+        .enumerate()
+        .any(|(i, b)| b.is_some() && buffer_of_base[i].is_none())
+    {
         return Err("a base in _all_bases is not used by any written argument".into());
     }
     let n_out = return_slots(schema);
@@ -173,5 +210,15 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                 .flatten()
         })
         .collect();
-    Ok(MutationCall { node, op, form: "v2", buffers, written, call_args, results, return_aliases, read_nodes })
+    Ok(MutationCall {
+        node,
+        op,
+        form: "v2",
+        buffers,
+        written,
+        call_args,
+        results,
+        return_aliases,
+        read_nodes,
+    })
 }

@@ -1,0 +1,61 @@
+"""Stub of the native module ``fxrewrite._core`` (Rust, pyo3).
+
+The engine runs here with the GIL released; everything else is Python.
+"""
+
+from typing import Any, final
+
+__version__: str
+__all__ = [
+    "FileFormatError",
+    "FxrewriteError",
+    "Graph",
+    "InternalError",
+    "InvalidGraphError",
+    "UnsupportedGraphError",
+    "engine_fingerprint",
+]
+
+class FxrewriteError(Exception):
+    """Base class of every error fxrewrite raises."""
+
+class InvalidGraphError(FxrewriteError):
+    """The graph breaks an invariant of the IR."""
+
+class FileFormatError(FxrewriteError):
+    """A .fxir file is truncated, corrupt, hostile or of another format version."""
+
+class UnsupportedGraphError(FxrewriteError):
+    """Strict mode: a node could not be rewritten."""
+
+class InternalError(FxrewriteError):
+    """A bug in fxrewrite; the graph was left untouched."""
+
+@final
+class Graph:
+    """A graph in fxrewrite's compact IR, owned by Rust."""
+
+    @staticmethod
+    def from_parts(targets: Any, nodes: Any) -> Graph:
+        """Builds a graph from the encoder's ``(targets, nodes)`` tuples and validates it.
+
+        Arguments:
+            targets: one ``(name, kind, schema)`` tuple per distinct callable.
+            nodes: one ``(opcode, name, target, args, kwargs, meta, source)`` tuple per node.
+
+        Raises:
+            InvalidGraphError: an operand does not come before its user, an index is out of range, ...
+            ValueError: the tuples do not have the encoder's layout.
+        """
+
+    def plan_json(self) -> str:
+        """Plans the rewrite (GIL released); returns the plan, edits and report, as JSON text."""
+
+    def to_parts(self) -> tuple[list[Any], list[Any]]:
+        """The graph as the encoder's ``(targets, nodes)`` tuples."""
+
+    def __len__(self) -> int:
+        """Number of nodes."""
+
+def engine_fingerprint() -> str:
+    """The engine version and the registered rule names, for cache keys."""

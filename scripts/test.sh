@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, cargo tests, the stub check, pytest.
+#   bash scripts/test.sh
+# Needs the environment of scripts/setup.sh (it sets it up when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    FXREWRITE_SKIP_DEMO=1 bash scripts/setup.sh
+fi
+. .venv/bin/activate
+# Rebuild the extension so the tests run the current Rust code.
+maturin develop --release --quiet
+echo "== cargo fmt / clippy"
+cargo fmt --check
+cargo clippy --all-targets --all-features --quiet -- -D warnings
+echo "== ruff"
+ruff check python tests benches
+ruff format --check python tests benches
+echo "== stub check"
+python -m mypy.stubtest fxrewrite._core --ignore-missing-stub --allowlist scripts/stubtest-allowlist.txt
+echo "== cargo test"
+cargo test --quiet
+echo "== pytest"
+# Exit code 5 (no tests collected) must fail, and it does: set -e.
+python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,135 @@
+"""Shared fixtures: mutating custom ops under the `fxr_test` namespace and a
+harness that compiles a function with and without fxrewrite and compares
+results and input mutations with eager."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+import torch._dynamo
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+import fxrewrite
+
+
+@torch.library.custom_op("fxr_test::scale_", mutates_args=("x",))
+def scale_(x: torch.Tensor, s: float) -> None:
+    x.mul_(s)
+
+
+@torch.library.custom_op("fxr_test::add_into", mutates_args=("out",))
+def add_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    out.copy_(a + b)
+
+
+@torch.library.custom_op("fxr_test::fused_add_", mutates_args=("x", "res"))
+def fused_add_(x: torch.Tensor, res: torch.Tensor, w: torch.Tensor) -> None:
+    res.add_(x)
+    x.copy_(res * w)
+
+
+@torch.library.custom_op("fxr_test::rot_", mutates_args=("q", "k"))
+def rot_(q: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> None:
+    q.mul_(c)
+    k.add_(c)
+
+
+@torch.library.custom_op("fxr_test::acc_sum", mutates_args=("x",))
+def acc_sum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.add_(y)
+    return x.sum(0)
+
+
+@acc_sum.register_fake
+def _(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x.sum(0)
+
+
+@torch.library.custom_op("fxr_test::maybe_", mutates_args=("x", "y"))
+def maybe_(x: torch.Tensor, y: torch.Tensor | None) -> None:
+    x.add_(1)
+    if y is not None:
+        y.sub_(1)
+
+
+@torch.library.custom_op("fxr_test::list_scale_", mutates_args=("xs",))
+def list_scale_(xs: list[torch.Tensor], s: float) -> None:
+    for x in xs:
+        x.mul_(s)
+
+
+@dataclass
+class Capture(CustomGraphPass):
+    """A post-grad pass that records the graph before and after fxrewrite."""
+
+    use_fxrewrite: bool = True
+    before: list[torch.fx.GraphModule] = field(default_factory=list)
+    after: list[torch.fx.GraphModule] = field(default_factory=list)
+    reports: list[fxrewrite.Report] = field(default_factory=list)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        root = graph.owning_module
+        self.before.append(torch.fx.GraphModule(root, copy.deepcopy(graph)))
+        if self.use_fxrewrite:
+            self.reports.append(fxrewrite.rewrite(graph, strict=True))
+        self.after.append(torch.fx.GraphModule(root, copy.deepcopy(graph)))
+
+    def uuid(self) -> str:
+        return f"capture-{self.use_fxrewrite}"
+
+
+def _clone_all(xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in xs)
+
+
+def _assert_same(a: Any, b: Any) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y)
+    else:
+        assert a == b
+
+
+@dataclass
+class Compiled:
+    capture: Capture
+    report: fxrewrite.Report
+
+
+def compile_and_compare(fn: Callable[..., Any], *inputs: Any, v2: bool = True) -> Compiled:
+    """Compiles ``fn`` with fxrewrite (strict) and checks outputs and input
+    mutations against eager. Returns the captured graphs and the report."""
+    eager_in = _clone_all(inputs)
+    expected = fn(*eager_in)
+    cap = Capture()
+    torch._dynamo.reset()
+    comp_in = _clone_all(inputs)
+    with inductor_config.patch(
+        {"post_grad_custom_post_pass": cap, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
+    ):
+        got = torch.compile(fn, fullgraph=True)(*comp_in)
+    _assert_same(got, expected)
+    _assert_same(comp_in, eager_in)
+    assert cap.reports, "the pass never ran"
+    report = cap.reports[-1]
+    for gm in cap.after:
+        assert fxrewrite.encode.count_auto_functionalized(gm.graph) == 0
+    return Compiled(cap, report)
+
+
+def clones_in(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
+
+
+@pytest.fixture(params=[True, False], ids=["v2", "v1"])
+def v2(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)

@@ -1,0 +1,136 @@
+"""Real torch.compile runs with fxrewrite installed: values and input
+mutations against eager, the rewritten graph, and the clones kept."""
+
+from __future__ import annotations
+
+import torch
+
+import fxrewrite
+from conftest import compile_and_compare
+
+
+def test_out_buffer_on_intermediate_is_reinplaced(v2):
+    def f(a, b):
+        out = torch.empty_like(a)
+        torch.ops.fxr_test.add_into(out, a, b)
+        return out * 2
+
+    r = compile_and_compare(f, torch.randn(4, 8), torch.randn(4, 8), v2=v2).report
+    assert (r.found, r.reinplaced, len(r.clones)) == (1, 1, 0)
+
+
+def test_graph_input_written_back_is_mutated_in_place(v2):
+    def f(x, res, w):
+        torch.ops.fxr_test.fused_add_(x, res, w)
+        return x + 1
+
+    c = compile_and_compare(f, torch.randn(4, 8), torch.randn(4, 8), torch.randn(8), v2=v2)
+    assert c.report.reinplaced == 1 and not c.report.clones
+    assert c.report.writebacks_removed == 2
+
+
+def test_input_not_written_back_is_cloned():
+    # remove_noop_ops deletes the user's clone, so the op reaches us as a
+    # mutation of the input x, which the program never mutates.
+    def f(x):
+        y = x.clone()
+        torch.ops.fxr_test.scale_(y, 3.0)
+        return y
+
+    c = compile_and_compare(f, torch.randn(4, 8))
+    assert c.report.cloned == 1
+    (note,) = c.report.clones
+    assert "not written back" in note.reason
+
+
+def test_later_reader_that_cannot_move_forces_a_clone(v2):
+    def f(x):
+        y = x * 2
+        torch.ops.fxr_test.scale_(y, 3.0)
+        return y, y.sum()
+
+    def g(x):
+        y = x * 2
+        z = y.clone()
+        torch.ops.fxr_test.scale_(z, 3.0)
+        return z, y  # the old value is a graph output: it cannot move
+
+    compile_and_compare(f, torch.randn(4, 8), v2=v2)
+    c = compile_and_compare(g, torch.randn(4, 8), v2=v2)
+    assert len(c.report.clones) == 1
+    assert c.report.clones[0].reader == "output"
+
+
+def test_reader_of_old_value_is_moved_instead_of_cloned(v2):
+    def f(x):
+        y = x * 2
+        z = y.clone()
+        torch.ops.fxr_test.scale_(z, 3.0)
+        return z + y.sum(0)  # y.sum(0) only needs y: it can run first
+
+    c = compile_and_compare(f, torch.randn(4, 8), v2=v2)
+    assert c.report.clones == [] and c.report.moved >= 1
+
+
+def test_rotary_on_split_qkv_needs_no_clone(v2):
+    def f(x, w, c):
+        qkv = x @ w
+        q, k, v = qkv.split([4, 4, 8], dim=-1)
+        torch.ops.fxr_test.rot_(q, k, c)
+        return qkv, v
+
+    r = compile_and_compare(f, torch.randn(3, 16), torch.randn(16, 16), torch.randn(3, 4), v2=v2).report
+    assert r.reinplaced == 1 and r.clones == []
+    if not v2:
+        assert r.decisions[0].scatters_removed == 2
+
+
+def test_two_mutations_of_different_views_of_one_buffer(v2):
+    # Inductor (torch 2.13, v1) returned uninitialised memory for this program.
+    def f(x):
+        y = x * 2
+        torch.ops.fxr_test.scale_(y[0], 2.0)
+        torch.ops.fxr_test.scale_(y[1], 3.0)
+        return y
+
+    r = compile_and_compare(f, torch.randn(3, 8), v2=v2).report
+    assert r.found == 2 and r.clones == []
+
+
+def test_op_with_return_value_and_optional_and_list_args(v2):
+    def f(x, y):
+        a = x * 2
+        s = torch.ops.fxr_test.acc_sum(a, y)
+        b, c = x * 3, y * 3
+        torch.ops.fxr_test.maybe_(b, None)
+        torch.ops.fxr_test.maybe_(b, c)
+        torch.ops.fxr_test.list_scale_([b, c], 0.5)
+        return s, a, b, c
+
+    r = compile_and_compare(f, torch.randn(4, 8), torch.randn(4, 8), v2=v2).report
+    assert r.left == [] and r.found == 4
+
+
+def test_chain_of_mutations_on_graph_input(v2):
+    def f(x, res, w):
+        for _ in range(3):
+            torch.ops.fxr_test.fused_add_(x, res, w)
+        return x.sum()
+
+    r = compile_and_compare(f, torch.randn(4, 8), torch.randn(4, 8), torch.randn(8), v2=v2).report
+    assert r.reinplaced == 3 and r.clones == []
+
+
+def test_written_arg_sharing_memory_with_read_arg(v2):
+    def f(x):
+        y = x * 2
+        torch.ops.fxr_test.add_into(y, y, y)  # op(y, y): reads what it writes
+        return y
+
+    compile_and_compare(f, torch.randn(4, 8), v2=v2)
+
+
+def test_report_and_public_surface():
+    assert fxrewrite.pass_.uuid() is not None
+    assert fxrewrite.Pass(strict=True).uuid() != fxrewrite.Pass(strict=False).uuid()
+    assert issubclass(fxrewrite.InvalidGraphError, fxrewrite.FxrewriteError)
