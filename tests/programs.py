@@ -1,0 +1,84 @@
+"""Small programs on the `fxr_test` custom ops (defined in conftest.py), shared by
+the copy-count tests and the comparison table of the README."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    fn: Callable[..., Any]
+    make_inputs: Callable[[], tuple[torch.Tensor, ...]]
+
+
+def _out_buffer(a, b):
+    out = torch.empty_like(a)
+    torch.ops.fxr_test.add_into(out, a, b)
+    return out * 2
+
+
+def _input_writeback(x, res, w):
+    torch.ops.fxr_test.fused_add_(x, res, w)
+    return x + 1
+
+
+def _reorderable_reader(x):
+    y = x * 2
+    z = y.clone()
+    torch.ops.fxr_test.scale_(z, 3.0)
+    return z + y.sum(0)
+
+
+def _unmovable_reader(x):
+    y = x * 2
+    z = y.clone()
+    torch.ops.fxr_test.scale_(z, 3.0)
+    return z, y
+
+
+def _rotary_split_qkv(x, w, c):
+    qkv = x @ w
+    q, k, v = qkv.split([4, 4, 8], dim=-1)
+    torch.ops.fxr_test.rot_(q, k, c)
+    return qkv, v
+
+
+def _two_views_one_buffer(x):
+    y = x * 2
+    torch.ops.fxr_test.scale_(y[0], 2.0)
+    torch.ops.fxr_test.scale_(y[1], 3.0)
+    return y
+
+
+def _residual_chain(x, res, w):
+    for _ in range(3):
+        torch.ops.fxr_test.fused_add_(x, res, w)
+    return x.sum()
+
+
+def _clone_removed_by_inductor(x):
+    y = x.clone()
+    torch.ops.fxr_test.scale_(y, 3.0)
+    return y
+
+
+def _r(*shape: int) -> Callable[[], torch.Tensor]:
+    return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+
+PROGRAMS = [
+    Program("out buffer", _out_buffer, lambda: (_r(4, 8)(), _r(4, 8)())),
+    Program("input write-back", _input_writeback, lambda: (_r(4, 8)(), _r(4, 8)(), _r(8)())),
+    Program("reorderable reader", _reorderable_reader, lambda: (_r(4, 8)(),)),
+    Program("unmovable reader", _unmovable_reader, lambda: (_r(4, 8)(),)),
+    Program("rotary on split qkv", _rotary_split_qkv, lambda: (_r(3, 16)(), _r(16, 16)(), _r(3, 4)())),
+    Program("two views of one buffer", _two_views_one_buffer, lambda: (_r(3, 8)(),)),
+    Program("residual chain", _residual_chain, lambda: (_r(4, 8)(), _r(4, 8)(), _r(8)())),
+    Program("clone removed by Inductor", _clone_removed_by_inductor, lambda: (_r(4, 8)(),)),
+]
