@@ -548,7 +548,10 @@ fn erased(p: &Plan, node: NodeId) -> bool {
 }
 
 /// The inserted in-place calls of the graph's operators (`Callee::Target`).
-fn inserted_calls(p: &Plan) -> Vec<(NewId, &Vec<PlanArg>, &Vec<(String, PlanArg)>)> {
+/// An inserted call: its id, positional and keyword arguments.
+type Call<'a> = (NewId, &'a Vec<PlanArg>, &'a Vec<(String, PlanArg)>);
+
+fn inserted_calls(p: &Plan) -> Vec<Call<'_>> {
     p.edits
         .iter()
         .filter_map(|e| match e {
@@ -661,7 +664,9 @@ fn check_structure(g: &Graph, p: &Plan) -> Result<(), String> {
                     return Err(format!("edit {ei}: replace involving a dead value"));
                 }
                 if replaced.contains(&k(*with)) {
-                    return Err(format!("edit {ei}: replacement {with:?} is itself replaced"));
+                    return Err(format!(
+                        "edit {ei}: replacement {with:?} is itself replaced"
+                    ));
                 }
                 if from == *with {
                     return Err(format!("edit {ei}: self replacement"));
@@ -804,7 +809,11 @@ fn v2_reader_that_cannot_move_forces_a_clone() {
     assert_eq!(d.clones.len(), 1);
     assert_eq!(d.clones[0].arg, "_all_bases[0]");
     assert_eq!(d.clones[0].reader.as_deref(), Some("output"));
-    assert!(d.clones[0].reason.contains("output"), "{}", d.clones[0].reason);
+    assert!(
+        d.clones[0].reason.contains("output"),
+        "{}",
+        d.clones[0].reason
+    );
     assert_eq!(d.clones[0].bytes, Some(4 * 8 * 4));
     assert!(moves(&p).is_empty());
     // The call writes the clone, and the new value is the clone.
@@ -889,7 +898,6 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
     );
     let q = b.getitem(split, 0);
     let k = b.getitem(split, 1);
-    let v = b.getitem(split, 2);
     let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
     let g1 = b.getitem(af, 1);
     let g2 = b.getitem(af, 2);
@@ -904,7 +912,7 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
         Some(meta(&[3, 16])),
     );
     let r = b.call(&add_op(), vec![n(s2), n(s2)]);
-    let g = b.output(&[r, v]);
+    let g = b.output(&[r]);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced], "{:#?}", p.report);
     let d = &p.report.decisions[0];
@@ -1024,7 +1032,11 @@ fn v1_two_written_args_on_one_slice_clone_one() {
     let d = &p.report.decisions[0];
     assert_eq!(d.clones.len(), 1);
     assert_eq!(d.clones[0].arg, "k");
-    assert!(d.clones[0].reason.contains("shares memory"), "{}", d.clones[0].reason);
+    assert!(
+        d.clones[0].reason.contains("shares memory"),
+        "{}",
+        d.clones[0].reason
+    );
     assert_eq!(inserted_aten(&p, "aten::clone.default"), 1);
     assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(sl)));
     assert!(matches!(replaced_with(&p, g2), Some(ValueRef::New(_))));
@@ -1142,4 +1154,940 @@ fn af_result_used_directly_is_left() {
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Left]);
     assert!(p.edits.is_empty());
+}
+
+// ----- 10: out= operators ------------------------------------------------------------
+
+#[test]
+fn out_tagged_op_gets_a_fresh_buffer() {
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let af = b.v2(
+        &mk_op(),
+        vec![
+            ("x", n(x)),
+            ("_out_size", ints(&[4, 8])),
+            ("_out_stride", ints(&[8, 1])),
+            ("_out_dtype", Value::Dtype("float32".into())),
+            ("_out_device", Value::Device("cpu".into())),
+            ("_all_bases", Value::List(vec![])),
+        ],
+    );
+    let r = b.call(&add_op(), vec![n(af), n(x)]);
+    let g = b.output(&[r]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(p.report.decisions[0].rule, "out_buffers_v2");
+    let (buf, bargs, bkwargs) = p
+        .edits
+        .iter()
+        .find_map(|e| match e {
+            Edit::Insert {
+                id,
+                callee: Callee::Aten("aten::empty_strided.default"),
+                args,
+                kwargs,
+                ..
+            } => Some((*id, args, kwargs)),
+            _ => None,
+        })
+        .unwrap();
+    let from = |k: &str| PlanArg::FromKwarg {
+        node: af,
+        key: k.into(),
+    };
+    assert_eq!(bargs, &vec![from("_out_size"), from("_out_stride")]);
+    assert_eq!(
+        bkwargs,
+        &vec![
+            ("dtype".to_string(), from("_out_dtype")),
+            ("device".to_string(), from("_out_device")),
+        ]
+    );
+    let calls = inserted_calls(&p);
+    assert_eq!(calls.len(), 1);
+    // `out` is keyword-only in the schema: passed by keyword.
+    assert_eq!(calls[0].1, &vec![from("x")]);
+    assert_eq!(
+        calls[0].2,
+        &vec![("out".to_string(), PlanArg::Ref(ValueRef::New(buf)))]
+    );
+    assert_eq!(replaced_with(&p, af), Some(ValueRef::New(buf)));
+    assert!(erased(&p, af));
+}
+
+#[test]
+fn out_tagged_op_missing_size_is_left() {
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let af = b.v2(
+        &mk_op(),
+        vec![
+            ("x", n(x)),
+            ("_out_stride", ints(&[8, 1])),
+            ("_out_dtype", Value::Dtype("float32".into())),
+            ("_out_device", Value::Device("cpu".into())),
+            ("_all_bases", Value::List(vec![])),
+        ],
+    );
+    let g = b.output(&[af]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Left]);
+    let reason = p.report.decisions[0].reason.as_deref().unwrap();
+    assert!(reason.contains("_out_size"), "{reason}");
+    assert!(p.edits.is_empty());
+}
+
+// ----- 11: optional, list and returning operators --------------------------------
+
+#[test]
+fn optional_written_arg_none() {
+    for v2 in [true, false] {
+        let mut b = B::new();
+        let w = b.input("w", Some(meta(&[8])));
+        let buf = b.empty(&[4, 8]);
+        let af = if v2 {
+            b.v2(
+                &opt_op(),
+                vec![
+                    ("_x_base_index", Value::Int(0)),
+                    ("_res_base_index", Value::None),
+                    ("w", n(w)),
+                    ("_all_bases", nodes(&[buf])),
+                ],
+            )
+        } else {
+            b.v1(
+                &opt_op(),
+                vec![("x", n(buf)), ("res", Value::None), ("w", n(w))],
+            )
+        };
+        let g1 = b.getitem(af, 1);
+        let g = b.output(&[g1]);
+        let p = planned(&g);
+        assert_eq!(actions(&p), [Action::Reinplaced], "v2={v2}");
+        let calls = inserted_calls(&p);
+        assert_eq!(
+            calls[0].1,
+            &vec![
+                PlanArg::Ref(ValueRef::Old(buf)),
+                PlanArg::None,
+                PlanArg::FromKwarg {
+                    node: af,
+                    key: "w".into()
+                }
+            ],
+            "v2={v2}"
+        );
+        assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(buf)));
+    }
+}
+
+#[test]
+fn v1_written_tensor_list() {
+    let mut b = B::new();
+    let w = b.input("w", Some(meta(&[8])));
+    let b0 = b.empty(&[4, 8]);
+    let b1 = b.empty(&[4, 8]);
+    let af = b.v1(&foreach_op(), vec![("xs", nodes(&[b0, b1])), ("w", n(w))]);
+    let list = b.getitem(af, 1);
+    let l0 = b.getitem(list, 0);
+    let l1 = b.getitem(list, 1);
+    let g = b.output(&[l0, l1]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(replaced_with(&p, l0), Some(ValueRef::Old(b0)));
+    assert_eq!(replaced_with(&p, l1), Some(ValueRef::Old(b1)));
+    assert!(erased(&p, l0) && erased(&p, l1) && erased(&p, list) && erased(&p, af));
+    let calls = inserted_calls(&p);
+    assert_eq!(
+        calls[0].1[0],
+        PlanArg::List(vec![
+            PlanArg::Ref(ValueRef::Old(b0)),
+            PlanArg::Ref(ValueRef::Old(b1))
+        ])
+    );
+}
+
+#[test]
+fn v1_written_list_used_whole_is_left() {
+    let mut b = B::new();
+    let w = b.input("w", Some(meta(&[8])));
+    let b0 = b.empty(&[4, 8]);
+    let b1 = b.empty(&[4, 8]);
+    let af = b.v1(&foreach_op(), vec![("xs", nodes(&[b0, b1])), ("w", n(w))]);
+    let list = b.getitem(af, 1);
+    let g = b.output(&[list]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Left]);
+    assert!(p.edits.is_empty());
+}
+
+#[test]
+fn v2_written_tensor_list_of_two_bases() {
+    let mut b = B::new();
+    let w = b.input("w", Some(meta(&[8])));
+    let b0 = b.empty(&[4, 8]);
+    let b1 = b.empty(&[4, 8]);
+    let af = b.v2(
+        &foreach_op(),
+        vec![
+            ("_xs_length", Value::Int(2)),
+            ("_xs_0_base_index", Value::Int(0)),
+            ("_xs_1_base_index", Value::Int(1)),
+            ("w", n(w)),
+            ("_all_bases", nodes(&[b0, b1])),
+        ],
+    );
+    let n0 = b.getitem(af, 1);
+    let n1 = b.getitem(af, 2);
+    let g = b.output(&[n0, n1]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(replaced_with(&p, n0), Some(ValueRef::Old(b0)));
+    assert_eq!(replaced_with(&p, n1), Some(ValueRef::Old(b1)));
+    let calls = inserted_calls(&p);
+    assert_eq!(
+        calls[0].1[0],
+        PlanArg::List(vec![
+            PlanArg::Ref(ValueRef::Old(b0)),
+            PlanArg::Ref(ValueRef::Old(b1))
+        ])
+    );
+}
+
+#[test]
+fn v2_written_list_of_slices_of_one_base() {
+    let mut b = B::new();
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.empty(&[4, 8]);
+    let af = b.v2(
+        &foreach_op(),
+        vec![
+            ("_xs_length", Value::Int(2)),
+            ("_xs_0_base_index", Value::Int(0)),
+            ("_xs_0_slice_dim", Value::Int(0)),
+            ("_xs_0_slice_start", Value::Int(0)),
+            ("_xs_0_slice_end", Value::Int(2)),
+            ("_xs_1_base_index", Value::Int(0)),
+            ("_xs_1_slice_dim", Value::Int(0)),
+            ("_xs_1_slice_start", Value::Int(2)),
+            ("_xs_1_slice_end", Value::Int(4)),
+            ("w", n(w)),
+            ("_all_bases", nodes(&[buf])),
+        ],
+    );
+    let nb = b.getitem(af, 1);
+    let g = b.output(&[nb]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(replaced_with(&p, nb), Some(ValueRef::Old(buf)));
+    // Both views are regenerated on the base from the node's own kwargs.
+    let slices: Vec<(NewId, Vec<PlanArg>)> = p
+        .edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                id,
+                callee: Callee::Aten("aten::slice.Tensor"),
+                args,
+                ..
+            } => Some((*id, args.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(slices.len(), 2);
+    for (i, (_, args)) in slices.iter().enumerate() {
+        assert_eq!(args[0], PlanArg::Ref(ValueRef::Old(buf)));
+        assert_eq!(
+            args[1],
+            PlanArg::FromKwarg {
+                node: af,
+                key: format!("_xs_{i}_slice_dim")
+            }
+        );
+    }
+    let calls = inserted_calls(&p);
+    assert_eq!(
+        calls[0].1[0],
+        PlanArg::List(vec![
+            PlanArg::Ref(ValueRef::New(slices[0].0)),
+            PlanArg::Ref(ValueRef::New(slices[1].0))
+        ])
+    );
+}
+
+#[test]
+fn op_with_a_return_value_shifts_result_indices() {
+    for v2 in [true, false] {
+        let mut b = B::new();
+        let w = b.input("w", Some(meta(&[8])));
+        let xb = b.empty(&[4, 8]);
+        let rb = b.empty(&[4, 8]);
+        let af = if v2 {
+            b.v2(
+                &add_rms_op(),
+                vec![
+                    ("_x_base_index", Value::Int(0)),
+                    ("_res_base_index", Value::Int(1)),
+                    ("w", n(w)),
+                    ("_all_bases", nodes(&[xb, rb])),
+                ],
+            )
+        } else {
+            b.v1(
+                &add_rms_op(),
+                vec![("x", n(xb)), ("res", n(rb)), ("w", n(w))],
+            )
+        };
+        let ret0 = b.getitem(af, 0);
+        let nx = b.getitem(af, 1);
+        let nr = b.getitem(af, 2);
+        let g = b.output(&[ret0, nx, nr]);
+        let p = planned(&g);
+        assert_eq!(actions(&p), [Action::Reinplaced], "v2={v2}");
+        let calls = inserted_calls(&p);
+        assert_eq!(calls.len(), 1);
+        let call = calls[0].0;
+        assert_eq!(
+            replaced_with(&p, ret0),
+            Some(ValueRef::New(call)),
+            "v2={v2}"
+        );
+        assert_eq!(replaced_with(&p, nx), Some(ValueRef::Old(xb)), "v2={v2}");
+        assert_eq!(replaced_with(&p, nr), Some(ValueRef::Old(rb)), "v2={v2}");
+        assert!(p.edits.iter().any(|e| matches!(
+            e,
+            Edit::Insert {
+                meta: MetaSource::AfOutput { node, index: Some(0) },
+                ..
+            } if *node == af
+        )));
+    }
+}
+
+// ----- 12: invalid graphs ------------------------------------------------------------
+
+fn raw_node(op: OpCode, name: &str, target: TargetId, args: Vec<Value>) -> Node {
+    Node {
+        op,
+        name: name.into(),
+        target,
+        args,
+        kwargs: vec![],
+        meta: None,
+        source: None,
+    }
+}
+
+#[test]
+fn invalid_graphs_are_errors() {
+    // A forward reference (pushed directly: `add_node` debug-asserts order).
+    let mut b = B::new();
+    let x = b.input("x", None);
+    let mul = b.op(&mul_op());
+    let out_t = b.target("output", TargetKind::Other, None);
+    let mut g = b.g.clone();
+    g.nodes.push(raw_node(
+        OpCode::CallFunction,
+        "mul",
+        mul,
+        vec![n(x), n(NodeId(2))],
+    ));
+    g.nodes.push(raw_node(
+        OpCode::Output,
+        "output",
+        out_t,
+        vec![Value::Tuple(vec![n(NodeId(1))])],
+    ));
+    let err = plan(&g).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidGraph { node: Some(1), .. }),
+        "{err}"
+    );
+
+    // No output node.
+    let mut b = B::new();
+    let x = b.input("x", None);
+    let w = b.input("w", None);
+    let buf = b.empty(&[4]);
+    let af = rms_v2(&mut b, buf, x, w);
+    b.getitem(af, 1);
+    assert!(matches!(plan(&b.g), Err(Error::InvalidGraph { .. })));
+
+    // The empty graph.
+    assert!(matches!(
+        plan(&Graph::new()),
+        Err(Error::InvalidGraph { .. })
+    ));
+
+    // Output not last, two outputs, self reference, bad target in an af.
+    let mut g2 = g.clone();
+    g2.nodes.truncate(1);
+    g2.nodes
+        .push(raw_node(OpCode::Output, "output", out_t, vec![]));
+    g2.nodes
+        .push(raw_node(OpCode::Placeholder, "y", TargetId(0), vec![]));
+    assert!(matches!(plan(&g2), Err(Error::InvalidGraph { .. })));
+    let mut g3 = g.clone();
+    g3.nodes.truncate(1);
+    g3.nodes
+        .push(raw_node(OpCode::CallFunction, "m", mul, vec![n(NodeId(1))]));
+    g3.nodes
+        .push(raw_node(OpCode::Output, "output", out_t, vec![]));
+    assert!(matches!(plan(&g3), Err(Error::InvalidGraph { .. })));
+    let mut g4 = g.clone();
+    g4.nodes.truncate(1);
+    g4.nodes.push(raw_node(
+        OpCode::CallFunction,
+        "af",
+        out_t,
+        vec![Value::Target(TargetId(99))],
+    ));
+    g4.nodes
+        .push(raw_node(OpCode::Output, "output", out_t, vec![]));
+    assert!(matches!(plan(&g4), Err(Error::InvalidGraph { .. })));
+    // An operator target without a schema.
+    let mut g5 = g.clone();
+    g5.nodes.truncate(1);
+    g5.nodes
+        .push(raw_node(OpCode::Output, "output", out_t, vec![]));
+    g5.targets[mul.0 as usize].schema = None;
+    assert!(matches!(plan(&g5), Err(Error::InvalidGraph { .. })));
+}
+
+// ----- 13: chains of mutations -----------------------------------------------------
+
+#[test]
+fn three_chained_v2_mutations_of_one_buffer() {
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.empty(&[4, 8]);
+    let af1 = rms_v2(&mut b, buf, x, w);
+    let g1 = b.getitem(af1, 1);
+    let af2 = rms_v2(&mut b, g1, x, w);
+    let g2 = b.getitem(af2, 1);
+    let af3 = rms_v2(&mut b, g2, x, w);
+    let g3 = b.getitem(af3, 1);
+    let g = b.output(&[g3]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced; 3]);
+    for gi in [g1, g2, g3] {
+        assert_eq!(replaced_with(&p, gi), Some(ValueRef::Old(buf)));
+    }
+    for (_, args, _) in inserted_calls(&p) {
+        assert_eq!(args[0], PlanArg::Ref(ValueRef::Old(buf)));
+    }
+    assert_eq!(p.new_nodes, 3);
+}
+
+#[test]
+fn chained_mutation_with_old_value_read_at_the_end_clones_once() {
+    // buf -> af1 -> g1 -> af2 -> g2, and the output also returns g1: the
+    // second call must not overwrite g1's value in place.
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.empty(&[4, 8]);
+    let af1 = rms_v2(&mut b, buf, x, w);
+    let g1 = b.getitem(af1, 1);
+    let af2 = rms_v2(&mut b, g1, x, w);
+    let g2 = b.getitem(af2, 1);
+    let g = b.output(&[g1, g2]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced, Action::Cloned]);
+    assert_eq!(
+        p.report.decisions[1].clones[0].reader.as_deref(),
+        Some("output")
+    );
+    assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(buf)));
+    assert!(matches!(replaced_with(&p, g2), Some(ValueRef::New(_))));
+}
+
+// ----- 14: random graphs -------------------------------------------------------------
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One piece of a random graph; indices pick earlier tensors modulo their
+    /// number.
+    #[derive(Clone, Debug)]
+    pub enum Step {
+        Input,
+        Empty,
+        Binary(u8, u8, u8),
+        Slice(u8, u8, u8),
+        Select(u8, u8),
+        Split(u8),
+        V2Rms { base: u8, x: u8, view: u8 },
+        V1Rms { out: u8, x: u8, scatter: bool },
+        V1Rot { q: u8, k: u8, scatter: bool },
+        AddRms { v2: bool, x: u8, res: u8 },
+        ForeachV1(u8, u8),
+        Out(u8),
+        CopyBack(u8, u8),
+        Unknown(u8),
+    }
+
+    pub fn step() -> impl Strategy<Value = Step> {
+        let i = any::<u8>;
+        prop_oneof![
+            Just(Step::Input),
+            Just(Step::Empty),
+            (i(), i(), i()).prop_map(|(a, b, c)| Step::Binary(a, b, c)),
+            (i(), i(), i()).prop_map(|(a, b, c)| Step::Slice(a, b, c)),
+            (i(), i()).prop_map(|(a, b)| Step::Select(a, b)),
+            i().prop_map(Step::Split),
+            (i(), i(), i()).prop_map(|(base, x, view)| Step::V2Rms { base, x, view }),
+            (i(), i(), any::<bool>()).prop_map(|(out, x, scatter)| Step::V1Rms { out, x, scatter }),
+            (i(), i(), any::<bool>()).prop_map(|(q, k, scatter)| Step::V1Rot { q, k, scatter }),
+            (any::<bool>(), i(), i()).prop_map(|(v2, x, res)| Step::AddRms { v2, x, res }),
+            (i(), i()).prop_map(|(a, b)| Step::ForeachV1(a, b)),
+            i().prop_map(Step::Out),
+            (i(), i()).prop_map(|(a, b)| Step::CopyBack(a, b)),
+            i().prop_map(Step::Unknown),
+        ]
+    }
+
+    /// How a tensor was cut from another, for the matching scatter.
+    #[derive(Clone, Copy, Debug)]
+    enum Cut {
+        Slice { dim: i64, start: i64, end: i64 },
+        Select { index: i64 },
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    struct T {
+        id: NodeId,
+        cut: Option<(NodeId, Cut)>,
+    }
+
+    pub struct Gen {
+        b: B,
+        ts: Vec<T>,
+        inputs: Vec<NodeId>,
+        with_meta: bool,
+    }
+
+    impl Gen {
+        fn pick(&self, i: u8) -> T {
+            self.ts[usize::from(i) % self.ts.len()]
+        }
+
+        fn meta(&self, shape: &[i64]) -> Option<TensorMeta> {
+            self.with_meta.then(|| meta(shape))
+        }
+
+        fn fresh(&mut self, id: NodeId) {
+            self.ts.push(T { id, cut: None });
+        }
+
+        fn scatter_back(&mut self, base: NodeId, cut: Cut, new: NodeId) -> NodeId {
+            let m = self.meta(&[4, 8]);
+            match cut {
+                Cut::Slice { dim, start, end } => self.b.call_meta(
+                    &slice_scatter_op(),
+                    vec![
+                        n(base),
+                        n(new),
+                        Value::Int(dim),
+                        Value::Int(start),
+                        Value::Int(end),
+                    ],
+                    m,
+                ),
+                Cut::Select { index } => self.b.call_meta(
+                    &select_scatter_op(),
+                    vec![n(base), n(new), Value::Int(0), Value::Int(index)],
+                    m,
+                ),
+            }
+        }
+
+        /// The new value of a v1-written `t`: scattered back into its base
+        /// when it was cut from one and `scatter` is set.
+        fn written_result(&mut self, t: T, new: NodeId, scatter: bool) {
+            match (t.cut, scatter) {
+                (Some((base, cut)), true) => {
+                    let s = self.scatter_back(base, cut, new);
+                    self.fresh(s);
+                }
+                _ => self.fresh(new),
+            }
+        }
+
+        fn apply(&mut self, s: &Step) {
+            match *s {
+                Step::Input => {
+                    let name = format!("in{}", self.inputs.len());
+                    let m = self.meta(&[4, 8]);
+                    let x = self.b.input(&name, m);
+                    self.inputs.push(x);
+                    self.fresh(x);
+                }
+                Step::Empty => {
+                    let e = self.b.empty(&[4, 8]);
+                    self.fresh(e);
+                }
+                Step::Binary(k, a, c) => {
+                    let (a, c) = (self.pick(a).id, self.pick(c).id);
+                    let op = match k % 3 {
+                        0 => mm_op(),
+                        1 => add_op(),
+                        _ => mul_op(),
+                    };
+                    let m = self.meta(&[4, 8]);
+                    let r = self.b.call_meta(&op, vec![n(a), n(c)], m);
+                    self.fresh(r);
+                }
+                Step::Slice(a, st, len) => {
+                    let src = self.pick(a).id;
+                    let dim = i64::from(st % 2);
+                    let size = if dim == 0 { 4 } else { 8 };
+                    let start = i64::from(st / 2) % size;
+                    let end = (start + 1 + i64::from(len) % size).min(size);
+                    let v = self.b.call(
+                        &slice_op(),
+                        vec![n(src), Value::Int(dim), Value::Int(start), Value::Int(end)],
+                    );
+                    self.ts.push(T {
+                        id: v,
+                        cut: Some((src, Cut::Slice { dim, start, end })),
+                    });
+                }
+                Step::Select(a, idx) => {
+                    let src = self.pick(a).id;
+                    let index = i64::from(idx % 4);
+                    let v = self
+                        .b
+                        .call(&select_op(), vec![n(src), Value::Int(0), Value::Int(index)]);
+                    self.ts.push(T {
+                        id: v,
+                        cut: Some((src, Cut::Select { index })),
+                    });
+                }
+                Step::Split(a) => {
+                    let src = self.pick(a).id;
+                    let sp = self.b.call(
+                        &split_with_sizes_op(),
+                        vec![n(src), ints(&[2, 2, 4]), Value::Int(-1)],
+                    );
+                    for (i, (start, end)) in [(0, 2), (2, 4), (4, 8)].into_iter().enumerate() {
+                        let gi = self.b.getitem(sp, i64::try_from(i).unwrap());
+                        let dim = if self.with_meta { 1 } else { -1 };
+                        self.ts.push(T {
+                            id: gi,
+                            cut: Some((src, Cut::Slice { dim, start, end })),
+                        });
+                    }
+                }
+                Step::V2Rms { base, x, view } => {
+                    let (base, x) = (self.pick(base).id, self.pick(x).id);
+                    let w = self.inputs[0];
+                    let mut kwargs = vec![
+                        ("_out_base_index", Value::Int(0)),
+                        ("x", n(x)),
+                        ("w", n(w)),
+                        ("_all_bases", nodes(&[base])),
+                    ];
+                    match view % 5 {
+                        1 => kwargs.push(("_out_alias", Value::Bool(true))),
+                        2 => kwargs.extend([
+                            ("_out_slice_dim", Value::Int(0)),
+                            ("_out_slice_start", Value::Int(i64::from(view % 3))),
+                            ("_out_slice_end", Value::Int(3)),
+                        ]),
+                        3 => kwargs.extend([
+                            ("_out_size", ints(&[2, 8])),
+                            ("_out_stride", ints(&[8, 1])),
+                            ("_out_storage_offset", Value::Int(8)),
+                        ]),
+                        _ => {}
+                    }
+                    let af = self.b.v2(&rms_op(), kwargs);
+                    let g = self.b.getitem(af, 1);
+                    self.fresh(g);
+                }
+                Step::V1Rms { out, x, scatter } => {
+                    let (t, x) = (self.pick(out), self.pick(x).id);
+                    let w = self.inputs[0];
+                    let af = self
+                        .b
+                        .v1(&rms_op(), vec![("out", n(t.id)), ("x", n(x)), ("w", n(w))]);
+                    let g = self.b.getitem(af, 1);
+                    self.written_result(t, g, scatter);
+                }
+                Step::V1Rot { q, k, scatter } => {
+                    let (q, k) = (self.pick(q), self.pick(k));
+                    let cos = self.inputs[0];
+                    let af = self.b.v1(
+                        &rot_op(),
+                        vec![("q", n(q.id)), ("k", n(k.id)), ("cos", n(cos))],
+                    );
+                    let g1 = self.b.getitem(af, 1);
+                    let g2 = self.b.getitem(af, 2);
+                    // Scatter q back, then k into the result when they share a base.
+                    match (q.cut, k.cut, scatter) {
+                        (Some((bq, cq)), Some((bk, ck)), true) if bq == bk => {
+                            let s1 = self.scatter_back(bq, cq, g1);
+                            let s2 = self.scatter_back(s1, ck, g2);
+                            self.fresh(s2);
+                        }
+                        _ => {
+                            self.written_result(q, g1, scatter);
+                            self.written_result(k, g2, scatter);
+                        }
+                    }
+                }
+                Step::AddRms { v2, x, res } => {
+                    let (x, res) = (self.pick(x).id, self.pick(res).id);
+                    let w = self.inputs[0];
+                    let af = if v2 {
+                        self.b.v2(
+                            &add_rms_op(),
+                            vec![
+                                ("_x_base_index", Value::Int(0)),
+                                ("_res_base_index", Value::Int(1)),
+                                ("w", n(w)),
+                                ("_all_bases", nodes(&[x, res])),
+                            ],
+                        )
+                    } else {
+                        self.b.v1(
+                            &add_rms_op(),
+                            vec![("x", n(x)), ("res", n(res)), ("w", n(w))],
+                        )
+                    };
+                    for i in 0..3 {
+                        let g = self.b.getitem(af, i);
+                        self.fresh(g);
+                    }
+                }
+                Step::ForeachV1(a, c) => {
+                    let (a, c) = (self.pick(a).id, self.pick(c).id);
+                    let w = self.inputs[0];
+                    let af = self
+                        .b
+                        .v1(&foreach_op(), vec![("xs", nodes(&[a, c])), ("w", n(w))]);
+                    let list = self.b.getitem(af, 1);
+                    for i in 0..2 {
+                        let g = self.b.getitem(list, i);
+                        self.fresh(g);
+                    }
+                }
+                Step::Out(a) => {
+                    let x = self.pick(a).id;
+                    let af = self.b.v2(
+                        &mk_op(),
+                        vec![
+                            ("x", n(x)),
+                            ("_out_size", ints(&[4, 8])),
+                            ("_out_stride", ints(&[8, 1])),
+                            ("_out_dtype", Value::Dtype("float32".into())),
+                            ("_out_device", Value::Device("cpu".into())),
+                            ("_all_bases", Value::List(vec![])),
+                        ],
+                    );
+                    self.fresh(af);
+                }
+                Step::CopyBack(a, src) => {
+                    let dst = self.inputs[usize::from(a) % self.inputs.len()];
+                    let src = self.pick(src).id;
+                    let c = self.b.call(&copy_op(), vec![n(dst), n(src)]);
+                    let _ = c;
+                }
+                Step::Unknown(a) => {
+                    let base = self.pick(a).id;
+                    let w = self.inputs[0];
+                    let af = self.b.v2(
+                        &rms_op(),
+                        vec![
+                            ("_out_base_index", Value::Int(0)),
+                            ("x", n(w)),
+                            ("w", n(w)),
+                            ("_all_bases", nodes(&[base])),
+                            ("_foo", Value::None),
+                        ],
+                    );
+                    let g = self.b.getitem(af, 1);
+                    self.fresh(g);
+                }
+            }
+        }
+    }
+
+    /// Builds a graph from the steps; `outputs` picks which tensors the
+    /// output returns (bit i: the i-th tensor, counted from the end).
+    pub fn build(steps: &[Step], outputs: u64, with_meta: bool) -> Graph {
+        let mut g = Gen {
+            b: B::new(),
+            ts: Vec::new(),
+            inputs: Vec::new(),
+            with_meta,
+        };
+        g.apply(&Step::Input);
+        g.apply(&Step::Input);
+        for s in steps {
+            g.apply(s);
+        }
+        let outs: Vec<NodeId> =
+            g.ts.iter()
+                .rev()
+                .enumerate()
+                .filter(|(i, _)| *i < 64 && outputs >> i & 1 == 1)
+                .map(|(_, t)| t.id)
+                .collect();
+        g.b.output(&outs)
+    }
+}
+
+/// The original node whose memory a plan value lives in (through views), or
+/// `None` for fresh memory.
+fn storage_root(g: &Graph, p: &Plan, r: ValueRef) -> Option<NodeId> {
+    match r {
+        ValueRef::New(id) => p.edits.iter().find_map(|e| match e {
+            Edit::Insert {
+                id: i,
+                callee: Callee::Aten(c),
+                args,
+                ..
+            } if *i == id => match (*c, args.first()) {
+                (
+                    "aten::alias.default" | "aten::slice.Tensor" | "aten::as_strided.default",
+                    Some(PlanArg::Ref(src)),
+                ) => storage_root(g, p, *src),
+                _ => None,
+            },
+            _ => None,
+        }),
+        ValueRef::Old(id) => {
+            let node = g.node(id);
+            if node.op == OpCode::Placeholder {
+                return Some(id);
+            }
+            let t = g.target_of(id);
+            let first = node.args.first().and_then(Value::as_node);
+            match (t.kind, t.name.as_str()) {
+                (
+                    TargetKind::Operator,
+                    "aten::slice.Tensor" | "aten::select.int" | "aten::copy_.default",
+                ) => storage_root(g, p, ValueRef::Old(first?)),
+                (TargetKind::Getitem, _) => {
+                    let src = first?;
+                    (g.target_of(src).name == "aten::split_with_sizes.default")
+                        .then(|| g.node(src).args.first().and_then(Value::as_node))
+                        .flatten()
+                        .and_then(|s| storage_root(g, p, ValueRef::Old(s)))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// No in-place call of the plan writes the memory of a graph input unless
+/// the graph writes that input back (`copy_(input, ...)`) after the call.
+fn check_inputs(g: &Graph, p: &Plan) -> Result<(), String> {
+    for e in &p.edits {
+        let Edit::Insert {
+            callee: Callee::Target(t),
+            args,
+            kwargs,
+            before,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        let schema = g.targets[t.idx()].schema.as_ref().ok_or("no schema")?;
+        let mut pos = args.iter();
+        for a in &schema.args {
+            let v = if a.kwarg_only {
+                kwargs.iter().find(|(k, _)| k == &a.name).map(|(_, v)| v)
+            } else {
+                pos.next()
+            };
+            if !a.is_written() {
+                continue;
+            }
+            let mut refs = Vec::new();
+            if let Some(v) = v {
+                plan_arg_refs(v, &mut refs);
+            }
+            for r in refs {
+                let Some(root) = storage_root(g, p, r) else {
+                    continue;
+                };
+                let written_back = g.nodes.iter().enumerate().any(|(i, nd)| {
+                    i > before.idx()
+                        && g.target_of(NodeId(u32::try_from(i).unwrap())).name
+                            == "aten::copy_.default"
+                        && nd.args.first() == Some(&Value::Node(root))
+                });
+                if !written_back {
+                    return Err(format!(
+                        "the call planned for `{}` writes graph input `{}`, which is not written back",
+                        g.node(*before).name,
+                        g.node(root).name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+mod props {
+    use super::random::{build, step};
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn plans_random_graphs(
+            steps in prop::collection::vec(step(), 0..14),
+            outputs in any::<u64>(),
+            with_meta in any::<bool>(),
+        ) {
+            let g = build(&steps, outputs, with_meta);
+            let p = plan(&g).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let again = plan(&g.clone()).unwrap();
+            prop_assert_eq!(&p, &again);
+            check_structure(&g, &p).map_err(TestCaseError::fail)?;
+            check_inputs(&g, &p).map_err(TestCaseError::fail)?;
+            let afs: Vec<NodeId> = (0..g.len())
+                .map(|i| NodeId(u32::try_from(i).unwrap()))
+                .filter(|&i| {
+                    matches!(
+                        g.target_of(i).kind,
+                        TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
+                    )
+                })
+                .collect();
+            prop_assert_eq!(p.report.decisions.len(), afs.len());
+            prop_assert_eq!(p.report.nodes, g.len());
+            for (d, &af) in p.report.decisions.iter().zip(&afs) {
+                prop_assert_eq!(&d.node, &g.node(af).name);
+                match d.action {
+                    Action::Left => {
+                        prop_assert!(!erased(&p, af));
+                        prop_assert!(d.reason.is_some());
+                        prop_assert!(d.clones.is_empty());
+                    }
+                    Action::Reinplaced => {
+                        prop_assert!(erased(&p, af));
+                        prop_assert!(d.clones.is_empty());
+                    }
+                    Action::Cloned => {
+                        prop_assert!(erased(&p, af));
+                        prop_assert!(!d.clones.is_empty());
+                    }
+                }
+            }
+        }
+    }
 }

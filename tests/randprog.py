@@ -396,7 +396,7 @@ def _disjoint_from(sh: _Shadows, cands: list[int], written: list[int]) -> list[i
     return [u for u in cands if not any(sh.overlap(u, w) for w in written)]
 
 
-def _draw_step(draw: Any, sh: _Shadows, kind: str) -> Step | None:  # noqa: C901
+def _draw_step(draw: Any, sh: _Shadows, kind: str) -> Step | None:
     allv = list(range(len(sh)))
     if kind == "unary":
         op = draw(st.sampled_from(UNARY))
@@ -405,7 +405,9 @@ def _draw_step(draw: Any, sh: _Shadows, kind: str) -> Step | None:  # noqa: C901
             return None
         a = _pick(draw, cands, prefer_recent=True)
         t = sh.t[a]
-        out = {"mul2": t * 2, "neg": -t, "sum0": t.sum(0) if t.dim() else t, "sum": t.sum(), "add1": t + 1}[op]
+        out = {"mul2": t * 2, "neg": -t, "sum0": t.sum(0) if t.dim() else t, "sum": t.sum(), "add1": t + 1}[
+            op
+        ]
         sh.add_fresh(out)
         return ("unary", op, a)
     if kind == "binop":

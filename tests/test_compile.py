@@ -134,3 +134,38 @@ def test_report_and_public_surface():
     assert fxrewrite.pass_.uuid() is not None
     assert fxrewrite.Pass(strict=True).uuid() != fxrewrite.Pass(strict=False).uuid()
     assert issubclass(fxrewrite.InvalidGraphError, fxrewrite.FxrewriteError)
+
+
+def test_mutation_inside_a_nested_compile_region():
+    # Inductor runs post-grad passes, ours included, on each subgraph.
+    @torch.compiler.nested_compile_region
+    def block(x, w):
+        y = x @ w
+        out = torch.empty_like(y)
+        torch.ops.fxr_test.add_into(out, y, x)
+        return out
+
+    def f(x, w):
+        return block(x, w) + block(x * 2, w)
+
+    c = compile_and_compare(f, torch.randn(4, 4), torch.randn(4, 4))
+    assert sum(r.reinplaced for r in c.capture.reports) == 1
+
+
+@torch.library.custom_op("fxr_test::quant_e8m0", mutates_args=("out", "scale"))
+def quant_e8m0(out: torch.Tensor, scale: torch.Tensor, x: torch.Tensor) -> None:
+    scale.copy_(x.abs().amax(-1, keepdim=True).clamp(min=1e-8).to(torch.float8_e8m0fnu))
+    out.copy_(x / scale.float())
+
+
+def test_float8_e8m0fnu_scale_buffers_are_rewritten(v2):
+    # Inductor's pattern-matcher-based decomposition skipped such nodes,
+    # leaving an auto_functionalized node that CUDA-graph capture rejects.
+    def f(x):
+        out = torch.empty_like(x)
+        scale = torch.empty(x.shape[0], 1, dtype=torch.float8_e8m0fnu)
+        torch.ops.fxr_test.quant_e8m0(out, scale, x)
+        return out, scale.float()
+
+    r = compile_and_compare(f, torch.randn(4, 8), v2=v2).report
+    assert r.reinplaced == 1

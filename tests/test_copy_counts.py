@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo
-from programs import PROGRAMS, Program
 from torch._inductor import config as inductor_config
 
 import fxrewrite
 from fxrewrite.demo import measure_post_grad
+from programs import PROGRAMS, Program
 
 
 def clones_after_post_grad(p: Program, use_fxrewrite: bool, v2: bool) -> int:
@@ -18,7 +18,11 @@ def clones_after_post_grad(p: Program, use_fxrewrite: bool, v2: bool) -> int:
     custom = fxrewrite.Pass(strict=True) if use_fxrewrite else None
     with (
         inductor_config.patch(
-            {"post_grad_custom_post_pass": custom, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
+            {
+                "post_grad_custom_post_pass": custom,
+                "fx_graph_cache": False,
+                "enable_auto_functionalized_v2": v2,
+            }
         ),
         measure_post_grad() as stats,
     ):

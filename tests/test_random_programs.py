@@ -43,7 +43,7 @@ from fxrewrite.encode import count_auto_functionalized
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from randprog import Program, make_inputs, programs, run  # noqa: E402
+from randprog import Program, make_inputs, programs, run
 
 LONG = os.environ.get("FXREWRITE_LONG", "").strip() == "1"
 SCALE = 20 if LONG else 1
@@ -261,22 +261,23 @@ def check_captured(program: Program, v2: bool) -> Capture:
     """The whole check of one program against the captured post-grad graph."""
     expected = eager(program)
     cap = capture(program, v2)
-    note(describe(program, cap))
     ref = mismatch(expected, interpret(program, cap.before, cap.placeholders))
-    assert ref is None, f"harness: the un-rewritten post-grad graph disagrees with eager: {ref}"
-    assert cap.error is None, f"fxrewrite failed:\n{cap.error}"
+    assert ref is None, (
+        f"harness: the un-rewritten graph disagrees with eager: {ref}\n{describe(program, cap)}"
+    )
+    assert cap.error is None, f"fxrewrite failed\n{describe(program, cap)}"
     assert cap.after is not None and cap.report is not None
-    assert count_auto_functionalized(cap.after.graph) == 0, "auto_functionalized nodes left"
-    assert not cap.report.left and cap.report.error is None
+    assert count_auto_functionalized(cap.after.graph) == 0, f"nodes left\n{describe(program, cap)}"
+    assert not cap.report.left and cap.report.error is None, describe(program, cap)
     got = mismatch(expected, interpret(program, cap.after, cap.placeholders))
-    assert got is None, f"the rewritten graph disagrees with eager: {got}"
+    assert got is None, f"the rewritten graph disagrees with eager: {got}\n{describe(program, cap)}"
     ours = clones(cap.after)
     if cap.inductor is not None:
         theirs = clones(cap.inductor)
-        assert ours <= theirs, f"fxrewrite keeps {ours} clones, Inductor's passes {theirs}"
+        assert ours <= theirs, f"fxrewrite keeps {ours} clones, Inductor {theirs}\n{describe(program, cap)}"
     else:
         bound = clones(cap.before) + cap.written_args
-        assert ours <= bound, f"fxrewrite keeps {ours} clones, full cloning would make {bound}"
+        assert ours <= bound, f"fxrewrite keeps {ours} clones, full cloning {bound}\n{describe(program, cap)}"
     return cap
 
 
@@ -286,24 +287,68 @@ def check_captured(program: Program, v2: bool) -> Capture:
 S = ((4, 8), (4, 8))
 HANDPICKED = [
     # A view of an intermediate and a view of an input written; readers after.
-    Program(S, (("binop", "add", 0, 1), ("slice", 2, 0, 1, 3), ("scale_", 3, 2.0), ("slice", 0, 1, 2, 4),
-                ("scale_", 4, -1.0), ("unary", "mul2", 2), ("unary", "sum0", 2)),
-            (("direct", 5), ("direct", 6))),
+    Program(
+        S,
+        (
+            ("binop", "add", 0, 1),
+            ("slice", 2, 0, 1, 3),
+            ("scale_", 3, 2.0),
+            ("slice", 0, 1, 2, 4),
+            ("scale_", 4, -1.0),
+            ("unary", "mul2", 2),
+            ("unary", "sum0", 2),
+        ),
+        (("direct", 5), ("direct", 6)),
+    ),
     # Two written views of one base (rot_ on the halves of a split).
-    Program(S, (("binop", "mul", 0, 1), ("split", 2, 1, 4, 2), ("rot_", 3, 4, 0), ("unary", "neg", 2)),
-            (("direct", 2), ("direct", 5))),
+    Program(
+        S,
+        (("binop", "mul", 0, 1), ("split", 2, 1, 4, 2), ("rot_", 3, 4, 0), ("unary", "neg", 2)),
+        (("direct", 2), ("direct", 5)),
+    ),
     # A clone (removed as a no-op by Inductor) mutated while the original is read later.
-    Program(S, (("binop", "add", 0, 1), ("clone", 2), ("unary", "mul2", 2), ("scale_", 3, 2.0),
-                ("unary", "add1", 2)), (("direct", 3), ("direct", 4), ("direct", 5))),
+    Program(
+        S,
+        (
+            ("binop", "add", 0, 1),
+            ("clone", 2),
+            ("unary", "mul2", 2),
+            ("scale_", 3, 2.0),
+            ("unary", "add1", 2),
+        ),
+        (("direct", 3), ("direct", 4), ("direct", 5)),
+    ),
     # out= op into a fresh buffer, then the optional written argument, present and absent.
-    Program(S, (("out_add", 0, 1), ("maybe_", 2, 0), ("maybe_", 1, None), ("unary", "sum", 2)),
-            (("direct", 2), ("direct", 3))),
+    Program(
+        S,
+        (("out_add", 0, 1), ("maybe_", 2, 0), ("maybe_", 1, None), ("unary", "sum", 2)),
+        (("direct", 2), ("direct", 3)),
+    ),
     # A written list of views of an input, an op with a return value, fused_add_ on two inputs.
-    Program(S, (("select", 0, 0, 1), ("slice", 0, 0, 2, 4), ("list_scale_", (2, 3), 0.5), ("acc_sum", 1, 0),
-                ("fused_add_", 0, 1, 4), ("fill_rows_", 4, 7.0)), (("direct", 4),)),
+    Program(
+        S,
+        (
+            ("select", 0, 0, 1),
+            ("slice", 0, 0, 2, 4),
+            ("list_scale_", (2, 3), 0.5),
+            ("acc_sum", 1, 0),
+            ("fused_add_", 0, 1, 4),
+            ("fill_rows_", 4, 7.0),
+        ),
+        (("direct", 4),),
+    ),
     # Reader of the old value of an input placed before the mutation, used after it.
-    Program(S, (("unary", "mul2", 0), ("scale_", 0, -1.0), ("transpose", 0), ("scale_", 3, 2.0),
-                ("binop", "add", 2, 1)), (("direct", 2), ("direct", 4))),
+    Program(
+        S,
+        (
+            ("unary", "mul2", 0),
+            ("scale_", 0, -1.0),
+            ("transpose", 0),
+            ("scale_", 3, 2.0),
+            ("binop", "add", 2, 1),
+        ),
+        (("direct", 2), ("direct", 4)),
+    ),
 ]
 
 

@@ -21,8 +21,8 @@ from ._core import (
     UnsupportedGraphError,
 )
 from .pass_ import ComposedPass, Pass, compose, pass_
+from .pipeline import rewrite
 from .report import CloneNote, Decision, Report
-from .rewrite import rewrite
 
 __version__ = "0.1.0"
 

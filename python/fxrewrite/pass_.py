@@ -19,8 +19,8 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import _core
+from .pipeline import rewrite, strict_from_env
 from .report import Report
-from .rewrite import rewrite, strict_from_env
 
 __all__ = ["ComposedPass", "Pass", "compose", "pass_"]
 
@@ -36,6 +36,32 @@ def _native_build_id() -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def _timed(name: str) -> Any:
+    try:
+        from torch._dynamo.utils import dynamo_timed
+
+        return dynamo_timed(name, log_pt2_compile_event=True)
+    except Exception:  # an older torch without the hook: no accounting
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def _trace(report: Report) -> None:
+    """The report as a structured-trace artifact, shown by tlparse beside
+    Inductor's own."""
+    try:
+        from torch._logging import trace_structured
+
+        trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": "fxrewrite_report", "encoding": "json"},
+            payload_fn=report.to_json,
+        )
+    except Exception:  # tracing is diagnostics only; never fail a compile on it
+        return
 
 
 class Pass(CustomGraphPass):
@@ -55,7 +81,10 @@ class Pass(CustomGraphPass):
         self.reports: list[Report] = []
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        report = rewrite(graph, strict=self._strict())
+        # Shows up in torch's compile-time accounting (tlparse, compile events).
+        with _timed("fxrewrite_pass"):
+            report = rewrite(graph, strict=self._strict())
+        _trace(report)
         self.last_report = report
         self.reports.append(report)
         del self.reports[:-64]

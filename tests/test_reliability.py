@@ -1,0 +1,166 @@
+"""The pass never harms a compile: unknown forms are left alone and reported,
+failures leave the graph exactly as it was, missing metadata only costs
+precision, and concurrent compiles give the same results."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+
+import pytest
+import torch
+import torch._dynamo
+from torch._inductor import config as inductor_config
+
+import fxrewrite
+import fxrewrite.pipeline as rewrite_mod
+from conftest import Capture
+from fxrewrite.encode import is_auto_functionalized
+
+
+def _post_grad_graph(fn, *inputs, v2=True) -> torch.fx.GraphModule:
+    cap = Capture(use_fxrewrite=False)
+    torch._dynamo.reset()
+    with inductor_config.patch(
+        {"post_grad_custom_post_pass": cap, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
+    ):
+        torch.compile(fn, fullgraph=True)(*[i.clone() for i in inputs])
+    return cap.before[0]
+
+
+def _program(x, res, w):
+    y = x * 2
+    out = torch.empty_like(y)
+    torch.ops.fxr_test.add_into(out, y, w)
+    torch.ops.fxr_test.fused_add_(x, res, w)
+    return out + y.sum(0)
+
+
+# All one shape: the post-grad placeholders may come in another order than the
+# Python arguments, and before-vs-after comparisons feed both the same inputs.
+INPUTS = (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
+
+
+def _run(gm: torch.fx.GraphModule, inputs):
+    args = [i.clone() for i in inputs]
+    out = torch.fx.Interpreter(gm).run(*args)
+    return out, args
+
+
+def test_unknown_auto_functionalized_argument_is_left_and_reported(caplog):
+    gm = _post_grad_graph(_program, *INPUTS)
+    af = next(n for n in gm.graph.nodes if is_auto_functionalized(n))
+    af.kwargs = {**af.kwargs, "_from_a_newer_torch": 1}
+    with caplog.at_level(logging.WARNING, logger="fxrewrite"):
+        report = fxrewrite.rewrite(gm.graph)
+    (left,) = report.left
+    assert "_from_a_newer_torch" in (left.reason or "")
+    assert any("_from_a_newer_torch" in r.getMessage() for r in caplog.records)
+    assert report.reinplaced == 1  # the other node is still rewritten
+    with pytest.raises(fxrewrite.UnsupportedGraphError, match="_from_a_newer_torch"):
+        fxrewrite.rewrite(copy.deepcopy(gm.graph), strict=True)
+
+
+def test_a_failing_plan_leaves_the_graph_exactly_as_it_was(monkeypatch, caplog):
+    gm = _post_grad_graph(_program, *INPUTS)
+    before = str(gm.graph)
+    real_loads = json.loads
+
+    def corrupt(text: str):
+        plan = real_loads(text)
+        if isinstance(plan, dict) and "edits" in plan:
+            plan["edits"] = [e for e in plan["edits"] if "Replace" not in e]
+        return plan
+
+    monkeypatch.setattr(rewrite_mod.json, "loads", corrupt)
+    with caplog.at_level(logging.WARNING, logger="fxrewrite"):
+        report = fxrewrite.rewrite(gm.graph)
+    assert report.error and "InternalError" in report.error
+    assert str(gm.graph) == before
+    gm.graph.lint()
+    with pytest.raises(fxrewrite.InternalError):
+        fxrewrite.rewrite(gm.graph, strict=True)
+    assert str(gm.graph) == before
+
+
+def test_missing_metadata_still_rewrites_correctly():
+    gm = _post_grad_graph(_program, *INPUTS)
+    expected = _run(gm, INPUTS)
+    for n in gm.graph.nodes:
+        n.meta.pop("val", None)
+        n.meta.pop("stack_trace", None)
+    report = fxrewrite.rewrite(gm.graph, strict=True)
+    gm.recompile()
+    assert report.found == 2 and report.left == []
+    got = _run(gm, INPUTS)
+    torch.testing.assert_close(got, expected)
+
+
+def test_rewritten_nodes_keep_metadata():
+    gm = _post_grad_graph(_program, *INPUTS)
+    old = {n.name for n in gm.graph.nodes}
+    fxrewrite.rewrite(gm.graph, strict=True)
+    created = [n for n in gm.graph.nodes if n.name not in old]
+    assert created
+    for n in created:
+        assert "stack_trace" in n.meta
+        if n.op == "call_function" and n.target._schema.returns:
+            assert isinstance(n.meta.get("val"), torch.Tensor)
+
+
+def _model_a(x):
+    out = torch.empty_like(x)
+    torch.ops.fxr_test.add_into(out, x, x * 3)
+    return out.sin()
+
+
+def _model_b(x, res, w):
+    torch.ops.fxr_test.fused_add_(x, res, w)
+    return x.cos() + res
+
+
+def test_two_threads_compiling_with_the_same_pass():
+    torch._dynamo.reset()
+    xa, (xb, rb, wb) = torch.randn(8, 8), (torch.randn(4, 8), torch.randn(4, 8), torch.randn(8))
+    results: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def work(name, fn, args):
+        try:
+            with inductor_config.patch(
+                {"post_grad_custom_post_pass": fxrewrite.pass_, "fx_graph_cache": False}
+            ):
+                cloned = [a.clone() for a in args]
+                results[name] = (torch.compile(fn)(*cloned), cloned)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=work, args=("a", _model_a, (xa,))),
+        threading.Thread(target=work, args=("b", _model_b, (xb, rb, wb))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    ea = [xa.clone()]
+    eb = [xb.clone(), rb.clone(), wb.clone()]
+    torch.testing.assert_close(results["a"], (_model_a(*ea), ea))
+    torch.testing.assert_close(results["b"], (_model_b(*eb), eb))
+
+
+def test_report_goes_to_the_structured_trace(monkeypatch):
+    seen = []
+
+    def fake_trace(kind, metadata_fn, payload_fn):
+        seen.append((kind, metadata_fn(), json.loads(payload_fn())))
+
+    monkeypatch.setattr(torch._logging, "trace_structured", fake_trace)
+    gm = _post_grad_graph(_program, *INPUTS)
+    fxrewrite.Pass(strict=True)(gm.graph)
+    ((kind, meta, payload),) = seen
+    assert kind == "artifact" and meta["name"] == "fxrewrite_report"
+    assert len(payload["decisions"]) == 2
