@@ -155,7 +155,7 @@ def test_two_threads_compiling_with_the_same_pass():
 def test_report_goes_to_the_structured_trace(monkeypatch):
     seen = []
 
-    def fake_trace(kind, metadata_fn, payload_fn):
+    def fake_trace(kind, metadata_fn, payload_fn, **_kwargs):
         seen.append((kind, metadata_fn(), json.loads(payload_fn())))
 
     monkeypatch.setattr(torch._logging, "trace_structured", fake_trace)
