@@ -11,10 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import conftest  # noqa: E402, F401  (registers the fxr_test operators)
-import torch  # noqa: E402
-from programs import PROGRAMS  # noqa: E402
-from test_copy_counts import clones_after_post_grad  # noqa: E402
+import torch
+
+import conftest  # noqa: F401  (registers the fxr_test operators)
+from programs import PROGRAMS
+from test_copy_counts import clones_after_post_grad
 
 
 def main() -> None:
