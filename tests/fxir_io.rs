@@ -216,7 +216,7 @@ fn rich_graph() -> Graph {
         vec![
             Value::Node(x),
             Value::Int(0),
-            Value::Int(-9_223_372_036_854_775_808),
+            Value::Int(i64::MIN),
             Value::Int(i64::MAX),
         ],
     );
@@ -293,13 +293,14 @@ fn rich_graph() -> Graph {
         OpCode::CallMethod,
         "view",
         method,
-        vec![
-            Value::Node(consts),
-            Value::Int(-1),
-            Value::Int(1 << 40),
-        ],
+        vec![Value::Node(consts), Value::Int(-1), Value::Int(1 << 40)],
     ));
-    let m = g.add_node(node(OpCode::CallModule, "mlp", module, vec![Value::Node(v)]));
+    let m = g.add_node(node(
+        OpCode::CallModule,
+        "mlp",
+        module,
+        vec![Value::Node(v)],
+    ));
     g.add_node(node(
         OpCode::Output,
         "output",
@@ -582,8 +583,12 @@ fn output_node(args: &[u8], n_args: u64) -> Vec<u8> {
 }
 
 fn file_with_nodes(list: &[Vec<u8>]) -> Vec<u8> {
+    file_with_strings_and_nodes(&["output", "x"], list)
+}
+
+fn file_with_strings_and_nodes(table: &[&str], list: &[Vec<u8>]) -> Vec<u8> {
     assemble(&[
-        (SECTION_STRINGS, std_strings()),
+        (SECTION_STRINGS, strings(table)),
         (SECTION_INFO, empty_info()),
         (SECTION_TARGETS, std_targets()),
         (SECTION_NODES, nodes(list)),
@@ -850,7 +855,7 @@ fn other_format_versions_are_refused_with_error_version() {
 #[test]
 fn hand_built_file_matches_the_writer() {
     // The spec in docs/fxir.md is enough to write a file by hand.
-    let hand = file_with_nodes(&[output_node(&[], 0)]);
+    let hand = file_with_strings_and_nodes(&["output"], &[output_node(&[], 0)]);
     assert_eq!(hand, io::write(&minimal_graph(), &FileInfo::new()));
 }
 
@@ -862,7 +867,10 @@ fn hostile_string_count_fails_fast_without_allocating() {
     let bytes = assemble(&[(SECTION_STRINGS, table)]);
     let (offset, detail) = assert_fast(|| decode_err(&bytes));
     assert_eq!(offset, HEADER_LEN as u64 + 2);
-    assert!(detail.contains("string count 1152921504606846976"), "{detail}");
+    assert!(
+        detail.contains("string count 1152921504606846976"),
+        "{detail}"
+    );
     assert!(detail.contains("section 'strings'"), "{detail}");
 }
 
@@ -873,7 +881,10 @@ fn hostile_lengths_everywhere_fail_fast() {
     let mut table = vec![1];
     varint(&mut table, huge);
     let (_, d) = assert_fast(|| decode_err(&assemble(&[(SECTION_STRINGS, table)])));
-    assert!(d.contains("string length") && d.contains("at string 0"), "{d}");
+    assert!(
+        d.contains("string length") && d.contains("at string 0"),
+        "{d}"
+    );
     // A section length.
     let mut bytes = assemble(&[]);
     bytes.truncate(HEADER_LEN);
@@ -898,7 +909,10 @@ fn hostile_lengths_everywhere_fail_fast() {
     let (_, d) = assert_fast(|| decode_err(&file));
     assert!(d.contains("node count"), "{d}");
     let (_, d) = assert_fast(|| decode_err(&file_with_nodes(&[output_node(&[], 1 << 50)])));
-    assert!(d.contains("argument count") && d.contains("at node 0"), "{d}");
+    assert!(
+        d.contains("argument count") && d.contains("at node 0"),
+        "{d}"
+    );
     let mut list = vec![6];
     varint(&mut list, 1 << 33);
     let (_, d) = assert_fast(|| decode_err(&file_with_nodes(&[output_node(&list, 1)])));
@@ -925,7 +939,10 @@ fn hostile_lengths_everywhere_fail_fast() {
         (SECTION_TARGETS, t),
     ]);
     let (_, d) = assert_fast(|| decode_err(&file));
-    assert!(d.contains("schema argument count") && d.contains("at target 0"), "{d}");
+    assert!(
+        d.contains("schema argument count") && d.contains("at target 0"),
+        "{d}"
+    );
 }
 
 #[test]
@@ -955,9 +972,15 @@ fn one_long_string_referenced_many_times_is_refused() {
 fn bad_codes_indices_and_utf8_are_refused() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         // Value tag 14 does not exist.
-        (file_with_nodes(&[output_node(&[14], 1)]), "bad value tag 14"),
+        (
+            file_with_nodes(&[output_node(&[14], 1)]),
+            "bad value tag 14",
+        ),
         // Bool byte 2.
-        (file_with_nodes(&[output_node(&[1, 2], 1)]), "bad bool byte 2"),
+        (
+            file_with_nodes(&[output_node(&[1, 2], 1)]),
+            "bad bool byte 2",
+        ),
         // Str with string index 9 (the table has 2).
         (
             file_with_nodes(&[output_node(&[4, 9], 1)]),
@@ -966,7 +989,10 @@ fn bad_codes_indices_and_utf8_are_refused() {
         // Opcode 6.
         (file_with_nodes(&[vec![6, 0, 0, 0, 0]]), "bad opcode 6"),
         // Unknown node header bit.
-        (file_with_nodes(&[vec![0x25, 0, 0, 0, 0]]), "unknown bits 0x20 in node header"),
+        (
+            file_with_nodes(&[vec![0x25, 0, 0, 0, 0]]),
+            "unknown bits 0x20 in node header",
+        ),
         // Float cut short by the section end.
         (
             file_with_nodes(&[output_node(&[3, 0, 0], 1)]),
@@ -1005,15 +1031,30 @@ fn bad_codes_indices_and_utf8_are_refused() {
         (vec![1, 0, 6, 0], "bad target kind code 6"),
         (vec![1, 0, 0, 2], "bad schema marker 2"),
         // Operator, schema: one arg "x" with ArgType 4.
-        (vec![1, 0, 0, 1, 1, 1, 4, 0, 0, 0], "bad argument type code 4"),
+        (
+            vec![1, 0, 0, 1, 1, 1, 4, 0, 0, 0],
+            "bad argument type code 4",
+        ),
         // Argument flags with an unknown bit.
-        (vec![1, 0, 0, 1, 1, 1, 0, 0x08, 0, 0], "unknown bits 0x08 in argument flags"),
+        (
+            vec![1, 0, 0, 1, 1, 1, 0, 0x08, 0, 0],
+            "unknown bits 0x08 in argument flags",
+        ),
         // Write flag without alias.
-        (vec![1, 0, 0, 1, 1, 1, 0, 0x02, 0, 0], "write flag without an alias set"),
+        (
+            vec![1, 0, 0, 1, 1, 1, 0, 0x02, 0, 0],
+            "write flag without an alias set",
+        ),
         // Return flags with the kwarg_only bit (not defined for returns).
-        (vec![1, 0, 0, 1, 0, 1, 0, 0x04, 0], "unknown bits 0x04 in return flags"),
+        (
+            vec![1, 0, 0, 1, 0, 1, 0, 0x04, 0],
+            "unknown bits 0x04 in return flags",
+        ),
         // Unknown tag bit.
-        (vec![1, 0, 0, 1, 0, 0, 0x08], "unknown bits 0x08 in operator tags"),
+        (
+            vec![1, 0, 0, 1, 0, 0, 0x08],
+            "unknown bits 0x08 in operator tags",
+        ),
     ];
     for (t, want) in target_cases {
         let (_, d) = decode_err(&with_targets(t));
@@ -1026,7 +1067,10 @@ fn bad_codes_indices_and_utf8_are_refused() {
     table.truncate(7);
     let bytes = assemble(&[(SECTION_STRINGS, table)]);
     let (offset, d) = decode_err(&bytes);
-    assert!(d.contains("invalid UTF-8 at byte 1") && d.contains("at string 1"), "{d}");
+    assert!(
+        d.contains("invalid UTF-8 at byte 1") && d.contains("at string 1"),
+        "{d}"
+    );
     assert_eq!(offset, HEADER_LEN as u64 + 2 + 3);
 }
 
@@ -1076,7 +1120,10 @@ fn section_structure_is_checked() {
     let mut extra_bytes = good.to_vec();
     extra_bytes[3].1.push(0);
     let (_, d) = decode_err(&assemble(&extra_bytes));
-    assert!(d.contains("1 unused bytes at the end of the section") && d.contains("'nodes'"), "{d}");
+    assert!(
+        d.contains("1 unused bytes at the end of the section") && d.contains("'nodes'"),
+        "{d}"
+    );
 
     // Unknown header flags.
     let (offset, d) = decode_err(&assemble_with(1, 4, 4, &good));
@@ -1093,8 +1140,9 @@ fn section_structure_is_checked() {
 
 #[test]
 fn truncated_node_names_its_section_and_node() {
-    // Node 0 placeholder "x" fine, node 1 cut after its name.
-    let placeholder = vec![0, 1, 0, 0, 0];
+    // Node 0, placeholder "x" with three int args, is fine; node 1 is cut
+    // after its name (the bytes still pass the node count's size check).
+    let placeholder = vec![0, 1, 0, 3, 2, 0, 2, 0, 2, 0, 0];
     let cut = vec![5, 0];
     let (_, d) = decode_err(&file_with_nodes(&[placeholder, cut]));
     assert_eq!(
@@ -1109,7 +1157,12 @@ fn decoded_but_invalid_graphs_are_invalid_graph_errors() {
     let mut g = minimal_graph();
     g.nodes.insert(
         0,
-        node(OpCode::CallFunction, "f", TargetId(0), vec![Value::Node(NodeId(1))]),
+        node(
+            OpCode::CallFunction,
+            "f",
+            TargetId(0),
+            vec![Value::Node(NodeId(1))],
+        ),
     );
     let err = io::read(&io::write(&g, &FileInfo::new())).unwrap_err();
     assert!(
@@ -1136,9 +1189,15 @@ fn size_per_node() {
     let mut report = Vec::new();
     for (label, g) in [
         ("rich_graph (tests)", rich_graph()),
-        ("transformer_like 1000, meta+source", transformer_like(1000, true)),
+        (
+            "transformer_like 1000, meta+source",
+            transformer_like(1000, true),
+        ),
         ("transformer_like 1000, bare", transformer_like(1000, false)),
-        ("transformer_like 20000, meta+source", transformer_like(20_000, true)),
+        (
+            "transformer_like 20000, meta+source",
+            transformer_like(20_000, true),
+        ),
     ] {
         let bytes = io::write(&g, &info());
         assert_eq!(io::read(&bytes).unwrap().0, g);
@@ -1174,8 +1233,11 @@ fn arb_value() -> impl Strategy<Value = Value> {
         Just(Value::None),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::Int),
-        prop_oneof![any::<f64>().prop_filter("not NaN", |f| !f.is_nan()), Just(-0.0)]
-            .prop_map(Value::Float),
+        prop_oneof![
+            any::<f64>().prop_filter("not NaN", |f| !f.is_nan()),
+            Just(-0.0)
+        ]
+        .prop_map(Value::Float),
         arb_string().prop_map(Value::Str),
         any::<u32>().prop_map(|n| Value::Node(NodeId(n))),
         arb_string().prop_map(Value::Dtype),
@@ -1412,6 +1474,6 @@ fn zigzag_helper_matches_the_spec() {
     varint(&mut args, zz(-3));
     assert_eq!(
         io::write(&g, &FileInfo::new()),
-        file_with_nodes(&[output_node(&args, 1)])
+        file_with_strings_and_nodes(&["output"], &[output_node(&args, 1)])
     );
 }

@@ -153,13 +153,13 @@ def test_two_threads_compiling_with_the_same_pass():
 
 
 def test_report_goes_to_the_structured_trace(monkeypatch):
+    gm = _post_grad_graph(_program, *INPUTS)
     seen = []
 
-    def fake_trace(kind, metadata_fn, payload_fn, **_kwargs):
+    def fake_trace(kind, metadata_fn=None, payload_fn=None, **_kwargs):
         seen.append((kind, metadata_fn(), json.loads(payload_fn())))
 
     monkeypatch.setattr(torch._logging, "trace_structured", fake_trace)
-    gm = _post_grad_graph(_program, *INPUTS)
     fxrewrite.Pass(strict=True)(gm.graph)
     ((kind, meta, payload),) = seen
     assert kind == "artifact" and meta["name"] == "fxrewrite_report"

@@ -1097,7 +1097,8 @@ fn section_name(tag: u8) -> &'static str {
         SECTION_INFO => "info",
         SECTION_TARGETS => "targets",
         SECTION_NODES => "nodes",
-        _ => "ancillary",
+        t if t & ANCILLARY_SECTION != 0 => "ancillary",
+        _ => "unknown",
     }
 }
 
