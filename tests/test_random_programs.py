@@ -273,7 +273,13 @@ def check_captured(program: Program, v2: bool) -> Capture:
     assert got is None, f"the rewritten graph disagrees with eager: {got}\n{describe(program, cap)}"
     ours = clones(cap.after)
     if cap.inductor is not None:
+        # Inductor reinplaces a written argument even when a read argument of
+        # the same call is the same value: the kernel then sees the two alias.
+        # That matches eager only if they aliased there too (a clone removed
+        # by remove_noop_ops makes them alias where eager had a copy), so
+        # fxrewrite keeps a copy on purpose. Those clones are not counted.
         theirs = clones(cap.inductor)
+        ours -= sum(1 for c in cap.report.clones if c.reason.startswith("read argument"))
         assert ours <= theirs, f"fxrewrite keeps {ours} clones, Inductor {theirs}\n{describe(program, cap)}"
     else:
         bound = clones(cap.before) + cap.written_args

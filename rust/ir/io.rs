@@ -65,9 +65,14 @@ pub const ANCILLARY_SECTION: u8 = 0x80;
 
 /// The decoder never materialises more string bytes (names, constants, meta
 /// strings, copied out of the string table) than this many times the size of
-/// the file. Real graphs stay far below it; a hostile file that references
-/// one long string a million times is refused instead of exhausting memory.
+/// the file, plus [`STRING_BUDGET_FLOOR`]. Real graphs stay far below it; a
+/// hostile file that references one long string a million times is refused
+/// instead of exhausting memory.
 pub const MAX_STRING_EXPANSION: usize = 64;
+
+/// String bytes every file may materialise regardless of its size (16 MiB),
+/// so that small files with a few long, often repeated strings still read.
+pub const STRING_BUDGET_FLOOR: usize = 16 << 20;
 
 /// Provenance of a file: ordered key/value string pairs.
 ///
@@ -677,6 +682,8 @@ struct Reader<'a> {
     strings: Vec<&'a str>,
     /// String bytes that may still be materialised.
     budget: usize,
+    /// The budget at the start, for the error message.
+    budget_total: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -808,7 +815,8 @@ impl<'a> Reader<'a> {
             self.err_at(
                 start,
                 format_args!(
-                    "decoded strings exceed {MAX_STRING_EXPANSION} times the file size (hostile input?) ({what})"
+                    "decoded strings exceed the budget of {} bytes ({MAX_STRING_EXPANSION} times the file size + {STRING_BUDGET_FLOOR}; hostile input?) ({what})",
+                    self.budget_total
                 ),
             )
         })?;
@@ -1112,6 +1120,10 @@ fn section_name(tag: u8) -> &'static str {
 /// [`Error::InvalidGraph`] when it decodes but breaks an IR invariant.
 pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
     let (body, section_count) = envelope(bytes)?;
+    let budget = bytes
+        .len()
+        .saturating_mul(MAX_STRING_EXPANSION)
+        .saturating_add(STRING_BUDGET_FLOOR);
     let mut r = Reader {
         buf: body,
         pos: HEADER_LEN,
@@ -1119,7 +1131,8 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
         section: "header",
         item: None,
         strings: Vec::new(),
-        budget: bytes.len().saturating_mul(MAX_STRING_EXPANSION),
+        budget,
+        budget_total: budget,
     };
     const REQUIRED: [u8; 4] = [
         SECTION_STRINGS,
@@ -1256,6 +1269,7 @@ mod tests {
                 item: None,
                 strings: vec![],
                 budget: 0,
+                budget_total: 0,
             };
             assert_eq!(r.varint("v"), Ok(v));
         }
@@ -1276,6 +1290,7 @@ mod tests {
                 item: None,
                 strings: vec![],
                 budget: 0,
+                budget_total: 0,
             };
             assert!(r.varint("v").is_err(), "{bad:?}");
         }
