@@ -26,6 +26,7 @@
 pub mod analysis;
 pub mod engine;
 pub mod error;
+pub mod inspect;
 pub mod ir;
 pub mod plan;
 #[cfg(feature = "python")]

@@ -415,3 +415,38 @@ def test_generator_output_is_reproducible_source() -> None:
     p = find(programs(), lambda p: len(p.steps) >= 5, settings=settings(database=None, derandomize=True))
     assert eval(repr(p), vars(randprog)) == p
     assert len(p.source().splitlines()) == len(p.steps) + 2
+
+
+# ---------------------------------------------------------------------------
+# Regressions: minimised programs on which fxrewrite was found wrong. Each is
+# xfail(strict=True) until the bug is fixed; then drop the mark.
+
+BUG_WRITEBACK_AFTER_CLONE = Program(
+    S,
+    (("scale_", 0, 2.0), ("clone", 0), ("scale_", 0, 2.0)),
+    (("direct", 2),),
+)
+"""
+def f(x0, x1, idx):
+    scale_(x0, 2.0)
+    v2 = x0.clone()       # removed by Inductor's remove_noop_ops
+    scale_(x0, 2.0)
+    return v2             # expected 2 * x0; the rewritten graph returns 4 * x0
+
+The first call is re-inplaced into the input (its result ``getitem_1`` is
+replaced by ``arg0_1``); the second is cloned because the output reads the old
+value, but the input write-back ``copy_(arg0_1, getitem_3)`` is kept as
+``copy_(arg0_1, clone_default)`` and overwrites ``arg0_1`` before the output
+reads it.
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="fxrewrite bug: the input write-back copy_ of a cloned call overwrites the input that an "
+    "earlier re-inplaced result, still read by the output, was replaced with",
+)
+@pytest.mark.parametrize("v2", FORMS)
+def test_regression_writeback_overwrites_value_read_later(v2: bool) -> None:
+    check_captured(BUG_WRITEBACK_AFTER_CLONE, v2)

@@ -5,24 +5,28 @@
 //! Mixtral/DeepSeek decoder after AOT autograd, functionalization and
 //! Inductor's pre-grad/joint passes, as `post_grad_custom_post_pass` sees it):
 //!
-//! 1. `mylib::fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()`
-//!    on the hidden state and the residual buffer. The residual is a graph
-//!    input, threaded through every norm and written back once at the end with
-//!    `aten::copy_` (torch's input-mutation epilogue).
+//! 1. `mylib::fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual,
+//!    Tensor weight, float eps) -> ()` on the hidden state and the residual
+//!    buffer. The residual is a graph input, threaded through every norm and
+//!    written back once at the end with `aten::copy_` (torch's input-mutation
+//!    epilogue).
 //! 2. `qkv = aten::mm(h, aten::permute(w_qkv))`, then the rotary embedding
 //!    `mylib::rotary(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin) -> ()`
 //!    on the q and k slices of `qkv`:
 //!    - v2: one `auto_functionalized_v2` with `_all_bases=[qkv]` and
-//!      `_q_slice_dim/_start/_end`, `_k_slice_dim/_start/_end`; q, k, v are then
-//!      regenerated from the new base with `split_with_sizes`;
+//!      `_q_slice_dim/_start/_end`, `_k_slice_dim/_start/_end`;
 //!    - v1: `split_with_sizes(qkv)` getitems q and k passed to
 //!      `auto_functionalized`, the two new values written back into the base by
-//!      two chained `slice_scatter`s, and q, k, v regenerated from the last one.
+//!      two chained `slice_scatter`s;
+//!
+//!    then q, k and v regenerated from the new base with `slice(x, -1, ..)`.
+//!    (Both layouts as torch 2.x emits them for this model; checked against
+//!    `torch.compile` post-grad graphs of a one-layer version.)
 //! 3. `mylib::kv_write(Tensor(a!) cache, Tensor k, Tensor v, Tensor slots) -> ()`
 //!    on the layer's KV cache, a graph input written back with `copy_` at the
 //!    end.
 //! 4. Attention as a few aten ops on the new cache (`select`, `permute`,
-//!    `view`, `sum`, `mm`, `mul`, `_softmax`, `mm`) and the output projection.
+//!    `reshape`, `sum`, `mm`, `mul`, `_softmax`, `mm`) and the output projection.
 //! 5. A second `fused_add_rms_norm` (post-attention), the router (`mm`,
 //!    `_softmax`, `topk`, renormalisation) and `experts` unrolled expert MLPs:
 //!    gate weight from `eq`/`mul`/`sum` on the top-k ids, `select` of the
@@ -43,8 +47,8 @@ use std::collections::HashMap;
 
 use fxrewrite::ir::schema::OpTags;
 use fxrewrite::ir::{
-    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target, TargetId, TargetKind,
-    TensorMeta, Value,
+    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
+    TargetId, TargetKind, TensorMeta, Value,
 };
 use fxrewrite::plan::Action;
 
@@ -146,15 +150,17 @@ impl MoeConfig {
         let norms = 2 * 3;
         let qkv = 2;
         let rotary = match self.form {
-            // split, 2 getitems, af, 2 getitems, 2 slice_scatter, split, 3 getitems
-            Form::V1 => 12,
-            // af, getitem, split, 3 getitems
-            Form::V2 => 6,
+            // split, 2 getitems, af, 2 getitems, 2 slice_scatter, 3 slices
+            Form::V1 => 11,
+            // af, getitem, 3 slices
+            Form::V2 => 5,
         };
         let kv = 2;
         let attention = 9 + 2; // + o_proj permute and mm
-        let router = 2 + 1 + 3 + 2; // permute, mm, softmax, topk + 2 getitems, sum, div
-        // eq, mul, sum, select, permute, mm, empty, af, getitem, select, permute, mm, mul, add
+                               // permute, mm, softmax, topk + 2 getitems, sum, div
+        let router = 8;
+        // eq, mul, sum, select, permute, mm, empty, af, getitem, select,
+        // permute, mm, mul, add (no add for the first expert)
         let expert = 14;
         inputs + norms + qkv + rotary + kv + attention + router + expert * self.experts - 1
     }
@@ -203,6 +209,60 @@ pub fn bench_sizes() -> Vec<usize> {
     sizes
 }
 
+/// One bench input: a generated graph, its form and the size it was built for.
+pub struct Case {
+    /// The functionalization form.
+    pub form: Form,
+    /// The target size (10^3, ...); the graph is within a few percent of it.
+    pub target: usize,
+    /// The graph.
+    pub graph: Graph,
+}
+
+impl Case {
+    /// Nodes in the graph, for `Throughput::Elements`.
+    #[must_use]
+    pub fn nodes(&self) -> u64 {
+        self.graph.len() as u64
+    }
+
+    /// The bench id parameter: `v1/1000`.
+    #[must_use]
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.form.label(), self.target)
+    }
+}
+
+/// Every (size, form) case of a run, sizes from [`bench_sizes`], built once.
+#[must_use]
+pub fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for target in bench_sizes() {
+        for form in Form::ALL {
+            out.push(Case {
+                form,
+                target,
+                graph: sized(target, form),
+            });
+        }
+    }
+    out
+}
+
+/// The Criterion configuration of every bench: few samples and short
+/// measurement windows, so that `cargo bench` (all three targets, default
+/// sizes) stays within about three minutes on two cores. Command-line flags
+/// (`--sample-size`, `--measurement-time`, `--quick`) still override it.
+#[must_use]
+pub fn config() -> criterion::Criterion {
+    criterion::Criterion::default()
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(300))
+        .measurement_time(std::time::Duration::from_millis(1200))
+        .nresamples(10_000)
+        .without_plots()
+}
+
 /// What [`check_plan`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanCheck {
@@ -233,7 +293,10 @@ pub fn check_plan(graph: &Graph) -> Result<PlanCheck, String> {
         .nodes
         .iter()
         .filter(|n| {
-            matches!(graph.targets[n.target.idx()].kind, TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2)
+            matches!(
+                graph.targets[n.target.idx()].kind,
+                TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
+            )
         })
         .count();
     let plan = fxrewrite::plan(graph).map_err(|e| format!("plan failed: {e}"))?;
@@ -241,21 +304,40 @@ pub fn check_plan(graph: &Graph) -> Result<PlanCheck, String> {
     for d in &r.decisions {
         match d.action {
             Action::Reinplaced => {}
-            Action::Left => return Err(format!("{} ({}) left: {}", d.node, d.op, d.reason.clone().unwrap_or_default())),
+            Action::Left => {
+                return Err(format!(
+                    "{} ({}) left: {}",
+                    d.node,
+                    d.op,
+                    d.reason.clone().unwrap_or_default()
+                ))
+            }
             Action::Cloned => {
-                let why: Vec<String> = d.clones.iter().map(|c| format!("{}: {}", c.arg, c.reason)).collect();
+                let why: Vec<String> = d
+                    .clones
+                    .iter()
+                    .map(|c| format!("{}: {}", c.arg, c.reason))
+                    .collect();
                 return Err(format!("{} ({}) cloned: {}", d.node, d.op, why.join("; ")));
             }
         }
     }
     if r.decisions.len() != af || r.clones() != 0 || r.left() != 0 {
-        return Err(format!("{} auto_functionalized nodes but {} decisions", af, r.decisions.len()));
+        return Err(format!(
+            "{} auto_functionalized nodes but {} decisions",
+            af,
+            r.decisions.len()
+        ));
     }
     Ok(PlanCheck {
         nodes: graph.len(),
         auto_functionalized: af,
         decisions: r.decisions.len(),
-        reinplaced: r.decisions.iter().filter(|d| d.action == Action::Reinplaced).count(),
+        reinplaced: r
+            .decisions
+            .iter()
+            .filter(|d| d.action == Action::Reinplaced)
+            .count(),
         moved: r.decisions.iter().map(|d| d.moved.len()).sum(),
         scatters_removed: r.decisions.iter().map(|d| d.scatters_removed).sum(),
         writebacks_removed: r.writebacks_removed,
@@ -265,15 +347,33 @@ pub fn check_plan(graph: &Graph) -> Result<PlanCheck, String> {
 // ----- schemas ---------------------------------------------------------------
 
 fn arg(name: &str, ty: ArgType) -> SchemaArg {
-    SchemaArg { name: name.into(), ty, alias: None, kwarg_only: false }
+    SchemaArg {
+        name: name.into(),
+        ty,
+        alias: None,
+        kwarg_only: false,
+    }
 }
 
 fn kwarg(name: &str, ty: ArgType) -> SchemaArg {
-    SchemaArg { name: name.into(), ty, alias: None, kwarg_only: true }
+    SchemaArg {
+        name: name.into(),
+        ty,
+        alias: None,
+        kwarg_only: true,
+    }
 }
 
 fn aliased(name: &str, ty: ArgType, set: &str, is_write: bool) -> SchemaArg {
-    SchemaArg { name: name.into(), ty, alias: Some(AliasInfo { set: set.into(), is_write }), kwarg_only: false }
+    SchemaArg {
+        name: name.into(),
+        ty,
+        alias: Some(AliasInfo {
+            set: set.into(),
+            is_write,
+        }),
+        kwarg_only: false,
+    }
 }
 
 fn ret(ty: ArgType) -> SchemaReturn {
@@ -281,11 +381,21 @@ fn ret(ty: ArgType) -> SchemaReturn {
 }
 
 fn ret_alias(ty: ArgType, set: &str, is_write: bool) -> SchemaReturn {
-    SchemaReturn { ty, alias: Some(AliasInfo { set: set.into(), is_write }) }
+    SchemaReturn {
+        ty,
+        alias: Some(AliasInfo {
+            set: set.into(),
+            is_write,
+        }),
+    }
 }
 
 fn schema(args: Vec<SchemaArg>, returns: Vec<SchemaReturn>) -> OpSchema {
-    OpSchema { args, returns, tags: OpTags::default() }
+    OpSchema {
+        args,
+        returns,
+        tags: OpTags::default(),
+    }
 }
 
 use ArgType::{Other as O, Tensor as T};
@@ -302,7 +412,8 @@ struct Targets {
     split_with_sizes: TargetId,
     slice_scatter: TargetId,
     select: TargetId,
-    view: TargetId,
+    slice: TargetId,
+    reshape: TargetId,
     sum: TargetId,
     mul: TargetId,
     softmax: TargetId,
@@ -320,58 +431,147 @@ struct Targets {
 
 impl Targets {
     fn intern(g: &mut Graph, form: Form) -> Self {
-        let mut op = |name: &str, s: OpSchema| g.add_target(Target { name: name.into(), kind: TargetKind::Operator, schema: Some(s) });
+        let mut op = |name: &str, s: OpSchema| {
+            g.add_target(Target {
+                name: name.into(),
+                kind: TargetKind::Operator,
+                schema: Some(s),
+            })
+        };
         // Schemas as torch spells them (native_functions.yaml), alias
         // annotations included; list-returning views carry `*` on both sides,
         // as the Python encoder records `Tensor(a -> *)`.
         let embedding = op(
             "aten::embedding.default",
             schema(
-                vec![arg("weight", T), arg("indices", T), arg("padding_idx", O), arg("scale_grad_by_freq", O), arg("sparse", O)],
+                vec![
+                    arg("weight", T),
+                    arg("indices", T),
+                    arg("padding_idx", O),
+                    arg("scale_grad_by_freq", O),
+                    arg("sparse", O),
+                ],
                 vec![ret(T)],
             ),
         );
-        let index_select =
-            op("aten::index_select.default", schema(vec![arg("self", T), arg("dim", O), arg("index", T)], vec![ret(T)]));
-        let permute =
-            op("aten::permute.default", schema(vec![aliased("self", T, "a", false), arg("dims", O)], vec![ret_alias(T, "a", false)]));
-        let mm = op("aten::mm.default", schema(vec![arg("self", T), arg("mat2", T)], vec![ret(T)]));
+        let index_select = op(
+            "aten::index_select.default",
+            schema(
+                vec![arg("self", T), arg("dim", O), arg("index", T)],
+                vec![ret(T)],
+            ),
+        );
+        let permute = op(
+            "aten::permute.default",
+            schema(
+                vec![aliased("self", T, "a", false), arg("dims", O)],
+                vec![ret_alias(T, "a", false)],
+            ),
+        );
+        let mm = op(
+            "aten::mm.default",
+            schema(vec![arg("self", T), arg("mat2", T)], vec![ret(T)]),
+        );
         let split_with_sizes = op(
             "aten::split_with_sizes.default",
             schema(
-                vec![aliased("self", T, "*", false), arg("split_sizes", O), arg("dim", O)],
+                vec![
+                    aliased("self", T, "*", false),
+                    arg("split_sizes", O),
+                    arg("dim", O),
+                ],
                 vec![ret_alias(ArgType::TensorList, "*", false)],
             ),
         );
         let slice_scatter = op(
             "aten::slice_scatter.default",
             schema(
-                vec![arg("self", T), arg("src", T), arg("dim", O), arg("start", O), arg("end", O), arg("step", O)],
+                vec![
+                    arg("self", T),
+                    arg("src", T),
+                    arg("dim", O),
+                    arg("start", O),
+                    arg("end", O),
+                    arg("step", O),
+                ],
                 vec![ret(T)],
             ),
         );
         let select = op(
             "aten::select.int",
-            schema(vec![aliased("self", T, "a", false), arg("dim", O), arg("index", O)], vec![ret_alias(T, "a", false)]),
+            schema(
+                vec![
+                    aliased("self", T, "a", false),
+                    arg("dim", O),
+                    arg("index", O),
+                ],
+                vec![ret_alias(T, "a", false)],
+            ),
         );
-        let view =
-            op("aten::view.default", schema(vec![aliased("self", T, "a", false), arg("size", O)], vec![ret_alias(T, "a", false)]));
+        let slice = op(
+            "aten::slice.Tensor",
+            schema(
+                vec![
+                    aliased("self", T, "a", false),
+                    arg("dim", O),
+                    arg("start", O),
+                    arg("end", O),
+                    arg("step", O),
+                ],
+                vec![ret_alias(T, "a", false)],
+            ),
+        );
+        let reshape = op(
+            "aten::reshape.default",
+            schema(
+                vec![aliased("self", T, "a", false), arg("shape", O)],
+                vec![ret_alias(T, "a", false)],
+            ),
+        );
         let sum = op(
             "aten::sum.dim_IntList",
-            schema(vec![arg("self", T), arg("dim", O), arg("keepdim", O), kwarg("dtype", O)], vec![ret(T)]),
+            schema(
+                vec![
+                    arg("self", T),
+                    arg("dim", O),
+                    arg("keepdim", O),
+                    kwarg("dtype", O),
+                ],
+                vec![ret(T)],
+            ),
         );
-        let mul = op("aten::mul.Tensor", schema(vec![arg("self", T), arg("other", T)], vec![ret(T)]));
-        let softmax =
-            op("aten::_softmax.default", schema(vec![arg("self", T), arg("dim", O), arg("half_to_float", O)], vec![ret(T)]));
+        let mul = op(
+            "aten::mul.Tensor",
+            schema(vec![arg("self", T), arg("other", T)], vec![ret(T)]),
+        );
+        let softmax = op(
+            "aten::_softmax.default",
+            schema(
+                vec![arg("self", T), arg("dim", O), arg("half_to_float", O)],
+                vec![ret(T)],
+            ),
+        );
         let topk = op(
             "aten::topk.default",
             schema(
-                vec![arg("self", T), arg("k", O), arg("dim", O), arg("largest", O), arg("sorted", O)],
+                vec![
+                    arg("self", T),
+                    arg("k", O),
+                    arg("dim", O),
+                    arg("largest", O),
+                    arg("sorted", O),
+                ],
                 vec![ret(T), ret(T)],
             ),
         );
-        let div = op("aten::div.Tensor", schema(vec![arg("self", T), arg("other", T)], vec![ret(T)]));
-        let eq = op("aten::eq.Scalar", schema(vec![arg("self", T), arg("other", O)], vec![ret(T)]));
+        let div = op(
+            "aten::div.Tensor",
+            schema(vec![arg("self", T), arg("other", T)], vec![ret(T)]),
+        );
+        let eq = op(
+            "aten::eq.Scalar",
+            schema(vec![arg("self", T), arg("other", O)], vec![ret(T)]),
+        );
         let empty = op(
             "aten::empty.memory_format",
             schema(
@@ -386,29 +586,69 @@ impl Targets {
                 vec![ret(T)],
             ),
         );
-        let add = op("aten::add.Tensor", schema(vec![arg("self", T), arg("other", T), kwarg("alpha", O)], vec![ret(T)]));
+        let add = op(
+            "aten::add.Tensor",
+            schema(
+                vec![arg("self", T), arg("other", T), kwarg("alpha", O)],
+                vec![ret(T)],
+            ),
+        );
         let copy = op(
             "aten::copy_.default",
-            schema(vec![aliased("self", T, "a", true), arg("src", T), arg("non_blocking", O)], vec![ret_alias(T, "a", true)]),
+            schema(
+                vec![
+                    aliased("self", T, "a", true),
+                    arg("src", T),
+                    arg("non_blocking", O),
+                ],
+                vec![ret_alias(T, "a", true)],
+            ),
         );
         let fused_add_rms_norm = op(
             "mylib::fused_add_rms_norm.default",
             schema(
-                vec![aliased("input", T, "a", true), aliased("residual", T, "b", true), arg("weight", T), arg("eps", O)],
+                vec![
+                    aliased("input", T, "a", true),
+                    aliased("residual", T, "b", true),
+                    arg("weight", T),
+                    arg("eps", O),
+                ],
                 vec![],
             ),
         );
         let rotary = op(
             "mylib::rotary.default",
-            schema(vec![aliased("q", T, "a", true), aliased("k", T, "b", true), arg("cos", T), arg("sin", T)], vec![]),
+            schema(
+                vec![
+                    aliased("q", T, "a", true),
+                    aliased("k", T, "b", true),
+                    arg("cos", T),
+                    arg("sin", T),
+                ],
+                vec![],
+            ),
         );
         let kv_write = op(
             "mylib::kv_write.default",
-            schema(vec![aliased("cache", T, "a", true), arg("k", T), arg("v", T), arg("slots", T)], vec![]),
+            schema(
+                vec![
+                    aliased("cache", T, "a", true),
+                    arg("k", T),
+                    arg("v", T),
+                    arg("slots", T),
+                ],
+                vec![],
+            ),
         );
-        let silu_and_mul =
-            op("mylib::silu_and_mul.default", schema(vec![aliased("out", T, "a", true), arg("x", T)], vec![]));
-        let getitem = g.add_target(Target { name: "operator.getitem".into(), kind: TargetKind::Getitem, schema: None });
+        let silu_and_mul = op(
+            "mylib::silu_and_mul.default",
+            schema(vec![aliased("out", T, "a", true), arg("x", T)], vec![]),
+        );
+        let getitem = g.add_target(Target {
+            name: "operator.getitem".into(),
+            kind: TargetKind::Getitem,
+            schema: None,
+        });
         let af = match form {
             Form::V1 => g.add_target(Target {
                 name: "higher_order.auto_functionalized".into(),
@@ -421,7 +661,11 @@ impl Targets {
                 schema: None,
             }),
         };
-        let output = g.add_target(Target { name: "output".into(), kind: TargetKind::Other, schema: None });
+        let output = g.add_target(Target {
+            name: "output".into(),
+            kind: TargetKind::Other,
+            schema: None,
+        });
         Self {
             getitem,
             af,
@@ -433,7 +677,8 @@ impl Targets {
             split_with_sizes,
             slice_scatter,
             select,
-            view,
+            slice,
+            reshape,
             sum,
             mul,
             softmax,
@@ -482,7 +727,11 @@ struct Layout {
 
 impl Layout {
     fn contiguous(shape: &[i64]) -> Self {
-        Self { shape: shape.to_vec(), stride: contiguous_strides(shape), offset: 0 }
+        Self {
+            shape: shape.to_vec(),
+            stride: contiguous_strides(shape),
+            offset: 0,
+        }
     }
 }
 
@@ -504,7 +753,9 @@ impl Tv {
         // Every tensor the builder reads has metadata; a missing one is a
         // generator bug that only weakens the engine's proofs.
         static EMPTY: std::sync::OnceLock<TensorMeta> = std::sync::OnceLock::new();
-        self.meta.as_ref().unwrap_or_else(|| EMPTY.get_or_init(TensorMeta::default))
+        self.meta
+            .as_ref()
+            .unwrap_or_else(|| EMPTY.get_or_init(TensorMeta::default))
     }
 
     fn shape(&self) -> Vec<i64> {
@@ -541,12 +792,22 @@ impl<'c> Builder<'c> {
         let mut g = Graph::new();
         g.nodes.reserve(cfg.node_count());
         let t = Targets::intern(&mut g, cfg.form);
-        Self { cfg, g, t, names: HashMap::new(), next_storage: 0x7f00_0000_1000 }
+        Self {
+            cfg,
+            g,
+            t,
+            names: HashMap::new(),
+            next_storage: 0x7f00_0000_1000,
+        }
     }
 
     fn name(&mut self, base: &'static str) -> String {
         let n = self.names.entry(base).or_insert(0);
-        let name = if *n == 0 { base.to_string() } else { format!("{base}_{n}") };
+        let name = if *n == 0 {
+            base.to_string()
+        } else {
+            format!("{base}_{n}")
+        };
         *n += 1;
         name
     }
@@ -581,10 +842,26 @@ impl<'c> Builder<'c> {
         Some(self.tensor_meta(&m.dtype, layout, m.storage))
     }
 
-    fn push(&mut self, op: OpCode, name: String, target: TargetId, args: Vec<Value>, kwargs: Vec<(String, Value)>, meta: Option<TensorMeta>) -> Tv {
+    fn push(
+        &mut self,
+        op: OpCode,
+        name: String,
+        target: TargetId,
+        args: Vec<Value>,
+        kwargs: Vec<(String, Value)>,
+        meta: Option<TensorMeta>,
+    ) -> Tv {
         // No source lines: the pass encodes without them.
         let source = None;
-        let id = self.g.add_node(Node { op, name, target, args, kwargs, meta: meta.clone(), source });
+        let id = self.g.add_node(Node {
+            op,
+            name,
+            target,
+            args,
+            kwargs,
+            meta: meta.clone(),
+            source,
+        });
         Tv { id, meta }
     }
 
@@ -592,13 +869,24 @@ impl<'c> Builder<'c> {
         let name = self.name("arg");
         // Placeholders are interned by name, one target each, as the encoder
         // does; pushed directly to keep construction linear.
-        self.g.targets.push(Target { name: name.clone(), kind: TargetKind::Other, schema: None });
+        self.g.targets.push(Target {
+            name: name.clone(),
+            kind: TargetKind::Other,
+            schema: None,
+        });
         let target = TargetId(u32::try_from(self.g.targets.len() - 1).unwrap_or(u32::MAX));
         let meta = self.fresh(dtype, shape);
         self.push(OpCode::Placeholder, name, target, vec![], vec![], meta)
     }
 
-    fn call(&mut self, base: &'static str, target: TargetId, args: Vec<Value>, kwargs: Vec<(String, Value)>, meta: Option<TensorMeta>) -> Tv {
+    fn call(
+        &mut self,
+        base: &'static str,
+        target: TargetId,
+        args: Vec<Value>,
+        kwargs: Vec<(String, Value)>,
+        meta: Option<TensorMeta>,
+    ) -> Tv {
         let name = self.name(base);
         self.push(OpCode::CallFunction, name, target, args, kwargs, meta)
     }
@@ -611,8 +899,15 @@ impl<'c> Builder<'c> {
     /// `permute(w, [1, 0])` of a 2-D tensor: the transposed weight of a linear.
     fn transpose(&mut self, w: &Tv) -> Tv {
         let m = w.meta().clone();
-        let (shape, stride) = (m.shape.clone().unwrap_or_default(), m.stride.clone().unwrap_or_default());
-        let layout = Layout { shape: vec![shape[1], shape[0]], stride: vec![stride[1], stride[0]], offset: m.storage_offset.unwrap_or(0) };
+        let (shape, stride) = (
+            m.shape.clone().unwrap_or_default(),
+            m.stride.clone().unwrap_or_default(),
+        );
+        let layout = Layout {
+            shape: vec![shape[1], shape[0]],
+            stride: vec![stride[1], stride[0]],
+            offset: m.storage_offset.unwrap_or(0),
+        };
         let meta = self.view_of(w, layout);
         let t = self.t.permute;
         self.call("permute", t, vec![w.v(), ints(&[1, 0])], vec![], meta)
@@ -628,27 +923,56 @@ impl<'c> Builder<'c> {
     /// `select(x, dim, index)`.
     fn select(&mut self, x: &Tv, dim: usize, index: i64) -> Tv {
         let m = x.meta().clone();
-        let (mut shape, mut stride) = (m.shape.clone().unwrap_or_default(), m.stride.clone().unwrap_or_default());
+        let (mut shape, mut stride) = (
+            m.shape.clone().unwrap_or_default(),
+            m.stride.clone().unwrap_or_default(),
+        );
         let offset = m.storage_offset.unwrap_or(0) + index * stride[dim];
         shape.remove(dim);
         stride.remove(dim);
-        let meta = self.view_of(x, Layout { shape, stride, offset });
+        let meta = self.view_of(
+            x,
+            Layout {
+                shape,
+                stride,
+                offset,
+            },
+        );
         let t = self.t.select;
-        self.call("select", t, vec![x.v(), Value::Int(dim as i64), Value::Int(index)], vec![], meta)
+        self.call(
+            "select",
+            t,
+            vec![x.v(), Value::Int(dim as i64), Value::Int(index)],
+            vec![],
+            meta,
+        )
     }
 
     /// `split_with_sizes(x, sizes, -1)` of a 2-D tensor and getitems of the
     /// listed pieces (`None` for pieces the graph never reads).
     fn split_last(&mut self, x: &Tv, sizes: &[i64], wanted: &[usize]) -> Vec<Option<Tv>> {
         let t = self.t.split_with_sizes;
-        let list = self.call("split_with_sizes", t, vec![x.v(), ints(sizes), Value::Int(-1)], vec![], None);
+        let list = self.call(
+            "split_with_sizes",
+            t,
+            vec![x.v(), ints(sizes), Value::Int(-1)],
+            vec![],
+            None,
+        );
         let m = x.meta().clone();
-        let (shape, stride) = (m.shape.clone().unwrap_or_default(), m.stride.clone().unwrap_or_default());
+        let (shape, stride) = (
+            m.shape.clone().unwrap_or_default(),
+            m.stride.clone().unwrap_or_default(),
+        );
         let mut start = 0;
         let mut out = Vec::new();
         for (i, &s) in sizes.iter().enumerate() {
             if wanted.contains(&i) {
-                let layout = Layout { shape: vec![shape[0], s], stride: stride.clone(), offset: m.storage_offset.unwrap_or(0) + start * stride[1] };
+                let layout = Layout {
+                    shape: vec![shape[0], s],
+                    stride: stride.clone(),
+                    offset: m.storage_offset.unwrap_or(0) + start * stride[1],
+                };
                 let meta = self.view_of(x, layout);
                 out.push(Some(self.getitem(&list, i as i64, meta)));
             } else {
@@ -657,6 +981,29 @@ impl<'c> Builder<'c> {
             start += s;
         }
         out
+    }
+
+    /// `slice(x, -1, start, end)` of a 2-D tensor.
+    fn slice_last(&mut self, x: &Tv, start: i64, end: i64) -> Tv {
+        let m = x.meta().clone();
+        let (shape, stride) = (
+            m.shape.clone().unwrap_or_default(),
+            m.stride.clone().unwrap_or_default(),
+        );
+        let layout = Layout {
+            shape: vec![shape[0], end - start],
+            stride: stride.clone(),
+            offset: m.storage_offset.unwrap_or(0) + start * stride[1],
+        };
+        let meta = self.view_of(x, layout);
+        let t = self.t.slice;
+        self.call(
+            "slice",
+            t,
+            vec![x.v(), Value::Int(-1), Value::Int(start), Value::Int(end)],
+            vec![],
+            meta,
+        )
     }
 
     /// A fresh tensor with the layout of `like` (an auto_functionalized result).
@@ -670,7 +1017,13 @@ impl<'c> Builder<'c> {
     /// `written` (schema name, the tensor, its base and the slice of the base
     /// it is, for v2) and reading `read` (schema name, value), in schema
     /// order `order`. Returns the af node; results are read with getitem.
-    fn auto_functionalized(&mut self, op: TargetId, order: &[&str], written: &[Written<'_>], read: &[(&str, Value)]) -> Tv {
+    fn auto_functionalized(
+        &mut self,
+        op: TargetId,
+        order: &[&str],
+        written: &[Written<'_>],
+        read: &[(&str, Value)],
+    ) -> Tv {
         let af_target = self.t.af;
         let args = vec![Value::Target(op)];
         let mut kwargs: Vec<(String, Value)> = Vec::new();
@@ -709,7 +1062,10 @@ impl<'c> Builder<'c> {
                         kwargs.push((format!("_{}_slice_end", w.name), Value::Int(end)));
                     }
                 }
-                kwargs.push(("_all_bases".into(), Value::List(bases.into_iter().map(Value::Node).collect())));
+                kwargs.push((
+                    "_all_bases".into(),
+                    Value::List(bases.into_iter().map(Value::Node).collect()),
+                ));
                 let name = self.name("auto_functionalized_v2");
                 self.push(OpCode::CallFunction, name, af_target, args, kwargs, None)
             }
@@ -723,7 +1079,10 @@ impl<'c> Builder<'c> {
         let af = self.auto_functionalized(
             op,
             &["input", "residual", "weight", "eps"],
-            &[Written::whole("input", h), Written::whole("residual", residual)],
+            &[
+                Written::whole("input", h),
+                Written::whole("residual", residual),
+            ],
             &[("weight", weight.v()), ("eps", Value::Float(1e-6))],
         );
         let hm = self.fresh_like(h);
@@ -767,9 +1126,21 @@ impl<'c> Builder<'c> {
         let mut h = self.call("embedding", t, vec![embed.v(), ids.v()], vec![], meta);
         let t = self.t.index_select;
         let meta = self.fresh("bfloat16", &[tok, c.rotary_width]);
-        let cos = self.call("index_select", t, vec![cos_cache.v(), Value::Int(0), positions.v()], vec![], meta);
+        let cos = self.call(
+            "index_select",
+            t,
+            vec![cos_cache.v(), Value::Int(0), positions.v()],
+            vec![],
+            meta,
+        );
         let meta = self.fresh("bfloat16", &[tok, c.rotary_width]);
-        let sin = self.call("index_select", t, vec![sin_cache.v(), Value::Int(0), positions.v()], vec![], meta);
+        let sin = self.call(
+            "index_select",
+            t,
+            vec![sin_cache.v(), Value::Int(0), positions.v()],
+            vec![],
+            meta,
+        );
 
         let mut residual = residual_in.clone();
         let mut new_caches = Vec::with_capacity(layers.len());
@@ -786,20 +1157,45 @@ impl<'c> Builder<'c> {
             let new_qkv = match c.form {
                 Form::V1 => {
                     let parts = self.split_last(&qkv, &sizes, &[0, 1]);
-                    let (Some(q), Some(k)) = (parts[0].clone(), parts[1].clone()) else { break };
-                    let af = self.auto_functionalized(op, &order, &[Written::whole("q", &q), Written::whole("k", &k)], &read);
+                    let (Some(q), Some(k)) = (parts[0].clone(), parts[1].clone()) else {
+                        break;
+                    };
+                    let af = self.auto_functionalized(
+                        op,
+                        &order,
+                        &[Written::whole("q", &q), Written::whole("k", &k)],
+                        &read,
+                    );
                     let qm = self.fresh_like(&q);
                     let km = self.fresh_like(&k);
                     let q_new = self.getitem(&af, 1, qm);
                     let k_new = self.getitem(&af, 2, km);
                     let t = self.t.slice_scatter;
                     let meta = self.fresh_like(&qkv);
-                    let s1 = self.call("slice_scatter", t, vec![qkv.v(), q_new.v(), Value::Int(1), Value::Int(0), Value::Int(qw)], vec![], meta);
+                    let s1 = self.call(
+                        "slice_scatter",
+                        t,
+                        vec![
+                            qkv.v(),
+                            q_new.v(),
+                            Value::Int(1),
+                            Value::Int(0),
+                            Value::Int(qw),
+                        ],
+                        vec![],
+                        meta,
+                    );
                     let meta = self.fresh_like(&qkv);
                     self.call(
                         "slice_scatter",
                         t,
-                        vec![s1.v(), k_new.v(), Value::Int(1), Value::Int(qw), Value::Int(qw + kvw)],
+                        vec![
+                            s1.v(),
+                            k_new.v(),
+                            Value::Int(1),
+                            Value::Int(qw),
+                            Value::Int(qw + kvw),
+                        ],
                         vec![],
                         meta,
                     )
@@ -808,15 +1204,20 @@ impl<'c> Builder<'c> {
                     let af = self.auto_functionalized(
                         op,
                         &order,
-                        &[Written::slice("q", &qkv, &qkv, (1, 0, qw)), Written::slice("k", &qkv, &qkv, (1, qw, qw + kvw))],
+                        &[
+                            Written::slice("q", &qkv, &qkv, (1, 0, qw)),
+                            Written::slice("k", &qkv, &qkv, (1, qw, qw + kvw)),
+                        ],
                         &read,
                     );
                     let meta = self.fresh_like(&qkv);
                     self.getitem(&af, 1, meta)
                 }
             };
-            let parts = self.split_last(&new_qkv, &sizes, &[0, 1, 2]);
-            let (Some(q), Some(k), Some(v)) = (parts[0].clone(), parts[1].clone(), parts[2].clone()) else { break };
+            // Both forms regenerate the views of the new qkv with slices
+            // along -1, as functionalization does.
+            let k = self.slice_last(&new_qkv, qw, qw + kvw);
+            let v = self.slice_last(&new_qkv, qw + kvw, qkv_w);
             // KV-cache write.
             let op = self.t.kv_write;
             let af = self.auto_functionalized(
@@ -828,6 +1229,7 @@ impl<'c> Builder<'c> {
             let cm = self.fresh_like(&w.cache);
             let cache_new = self.getitem(&af, 1, cm);
             new_caches.push((w.cache.clone(), cache_new.clone()));
+            let q = self.slice_last(&new_qkv, 0, qw);
             // Attention on the new cache.
             let kc = self.select(&cache_new, 0, 0);
             let vc = self.select(&cache_new, 0, 1);
@@ -835,20 +1237,42 @@ impl<'c> Builder<'c> {
             let qm = q.meta().clone();
             let qs = qm.stride.clone().unwrap_or_default();
             let groups = qw / kvw;
-            let layout = Layout { shape: vec![tok, groups, kvw], stride: vec![qs[0], kvw * qs[1], qs[1]], offset: qm.storage_offset.unwrap_or(0) };
+            let layout = Layout {
+                shape: vec![tok, groups, kvw],
+                stride: vec![qs[0], kvw * qs[1], qs[1]],
+                offset: qm.storage_offset.unwrap_or(0),
+            };
             let meta = self.view_of(&q, layout);
-            let t = self.t.view;
-            let qv = self.call("view", t, vec![q.v(), ints(&[tok, groups, kvw])], vec![], meta);
+            let t = self.t.reshape;
+            let qv = self.call(
+                "reshape",
+                t,
+                vec![q.v(), ints(&[tok, groups, kvw])],
+                vec![],
+                meta,
+            );
             let meta = self.fresh("bfloat16", &[tok, kvw]);
             let t = self.t.sum;
             let qsum = self.call("sum", t, vec![qv.v(), ints(&[1])], vec![], meta);
             let scores = self.mm(&qsum, &kt);
             let meta = self.fresh_like(&scores);
             let t = self.t.mul;
-            let scaled = self.call("mul", t, vec![scores.v(), Value::Float(0.088_388_347_648_318_44)], vec![], meta);
+            let scaled = self.call(
+                "mul",
+                t,
+                vec![scores.v(), Value::Float(0.088_388_347_648_318_44)],
+                vec![],
+                meta,
+            );
             let meta = self.fresh_like(&scores);
             let t = self.t.softmax;
-            let probs = self.call("_softmax", t, vec![scaled.v(), Value::Int(-1), Value::Bool(false)], vec![], meta);
+            let probs = self.call(
+                "_softmax",
+                t,
+                vec![scaled.v(), Value::Int(-1), Value::Bool(false)],
+                vec![],
+                meta,
+            );
             let attn = self.mm(&probs, &vc);
             let ot = self.transpose(&w.w_o);
             let o = self.mm(&attn, &ot);
@@ -860,16 +1284,34 @@ impl<'c> Builder<'c> {
             let logits = self.mm(&h2, &rt);
             let meta = self.fresh_like(&logits);
             let t = self.t.softmax;
-            let rprobs = self.call("_softmax", t, vec![logits.v(), Value::Int(1), Value::Bool(false)], vec![], meta);
+            let rprobs = self.call(
+                "_softmax",
+                t,
+                vec![logits.v(), Value::Int(1), Value::Bool(false)],
+                vec![],
+                meta,
+            );
             let t = self.t.topk;
-            let topk = self.call("topk", t, vec![rprobs.v(), Value::Int(top_k), Value::Int(1)], vec![], None);
+            let topk = self.call(
+                "topk",
+                t,
+                vec![rprobs.v(), Value::Int(top_k), Value::Int(1)],
+                vec![],
+                None,
+            );
             let meta = self.fresh("bfloat16", &[tok, top_k]);
             let vals = self.getitem(&topk, 0, meta);
             let meta = self.fresh("int64", &[tok, top_k]);
             let idx = self.getitem(&topk, 1, meta);
             let meta = self.fresh("bfloat16", &[tok, 1]);
             let t = self.t.sum;
-            let den = self.call("sum", t, vec![vals.v(), ints(&[1]), Value::Bool(true)], vec![], meta);
+            let den = self.call(
+                "sum",
+                t,
+                vec![vals.v(), ints(&[1]), Value::Bool(true)],
+                vec![],
+                meta,
+            );
             let meta = self.fresh("bfloat16", &[tok, top_k]);
             let t = self.t.div;
             let weights = self.call("div", t, vec![vals.v(), den.v()], vec![], meta);
@@ -884,7 +1326,13 @@ impl<'c> Builder<'c> {
                 let gw = self.call("mul", t, vec![weights.v(), mask.v()], vec![], meta);
                 let meta = self.fresh("bfloat16", &[tok, 1]);
                 let t = self.t.sum;
-                let gate = self.call("sum", t, vec![gw.v(), ints(&[1]), Value::Bool(true)], vec![], meta);
+                let gate = self.call(
+                    "sum",
+                    t,
+                    vec![gw.v(), ints(&[1]), Value::Bool(true)],
+                    vec![],
+                    meta,
+                );
                 let w13 = self.select(&w.w13, 0, e);
                 let w13t = self.transpose(&w13);
                 let up = self.mm(&h2, &w13t);
@@ -902,7 +1350,12 @@ impl<'c> Builder<'c> {
                     meta,
                 );
                 let op = self.t.silu_and_mul;
-                let af = self.auto_functionalized(op, &["out", "x"], &[Written::whole("out", &out)], &[("x", up.v())]);
+                let af = self.auto_functionalized(
+                    op,
+                    &["out", "x"],
+                    &[Written::whole("out", &out)],
+                    &[("x", up.v())],
+                );
                 let am = self.fresh_like(&out);
                 let act = self.getitem(&af, 1, am);
                 let w2 = self.select(&w.w2, 0, e);
@@ -932,7 +1385,14 @@ impl<'c> Builder<'c> {
             self.call("copy_", t, vec![cache.v(), new.v()], vec![], meta);
         }
         let t = self.t.output;
-        self.push(OpCode::Output, "output".into(), t, vec![Value::Tuple(vec![h_out.v()])], vec![], None);
+        self.push(
+            OpCode::Output,
+            "output".into(),
+            t,
+            vec![Value::Tuple(vec![h_out.v()])],
+            vec![],
+            None,
+        );
         self.g
     }
 }
@@ -948,10 +1408,20 @@ struct Written<'a> {
 
 impl<'a> Written<'a> {
     fn whole(name: &'static str, t: &'a Tv) -> Self {
-        Self { name, tensor: t, base: t, slice: None }
+        Self {
+            name,
+            tensor: t,
+            base: t,
+            slice: None,
+        }
     }
 
     fn slice(name: &'static str, tensor: &'a Tv, base: &'a Tv, slice: (i64, i64, i64)) -> Self {
-        Self { name, tensor, base, slice: Some(slice) }
+        Self {
+            name,
+            tensor,
+            base,
+            slice: Some(slice),
+        }
     }
 }

@@ -9,9 +9,15 @@ or directly on a post-grad graph::
 
     report = fxrewrite.rewrite(gm.graph)
     print(report.summary())
+
+Everything that needs torch is imported on first use, so the command line
+tool reads and rewrites ``.fxir`` files without importing torch.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._core import (
     FileFormatError,
@@ -20,11 +26,24 @@ from ._core import (
     InvalidGraphError,
     UnsupportedGraphError,
 )
-from .pass_ import ComposedPass, Pass, compose, pass_
-from .pipeline import rewrite
 from .report import CloneNote, Decision, Report
 
+if TYPE_CHECKING:
+    from .fxir import load, save
+    from .pass_ import ComposedPass, Pass, compose, pass_
+    from .pipeline import rewrite
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ComposedPass": "pass_",
+    "Pass": "pass_",
+    "compose": "pass_",
+    "pass_": "pass_",
+    "rewrite": "pipeline",
+    "save": "fxir",
+    "load": "fxir",
+}
 
 __all__ = [
     "CloneNote",
@@ -39,6 +58,17 @@ __all__ = [
     "UnsupportedGraphError",
     "__version__",
     "compose",
+    "load",
     "pass_",
     "rewrite",
+    "save",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fxrewrite' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

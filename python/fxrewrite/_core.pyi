@@ -17,7 +17,13 @@ __all__ = [
 ]
 
 class FxrewriteError(Exception):
-    """Base class of every error fxrewrite raises."""
+    """Base class of every error fxrewrite raises.
+
+    Raised from Rust, it carries ``kind``: the stable name of the engine error
+    (``invalid_graph``, ``decode``, ``version``, ``unsupported``, ``internal``).
+    """
+
+    kind: str
 
 class InvalidGraphError(FxrewriteError):
     """The graph breaks an invariant of the IR."""
@@ -46,6 +52,35 @@ class Graph:
         Raises:
             InvalidGraphError: an operand does not come before its user, an index is out of range, ...
             ValueError: the tuples do not have the encoder's layout.
+        """
+
+    @staticmethod
+    def read(data: bytes) -> Graph:
+        """Reads the bytes of a ``.fxir`` file (GIL released while decoding).
+
+        Raises:
+            FileFormatError: truncated, corrupt, hostile or of another format version.
+            InvalidGraphError: well-formed bytes describing an invalid graph.
+        """
+
+    def write(self, info: list[tuple[str, str]]) -> bytes:
+        """The ``.fxir`` bytes of this graph, with the given provenance pairs."""
+
+    @property
+    def info(self) -> list[tuple[str, str]]:
+        """Provenance pairs read from a file (empty for graphs built in memory)."""
+
+    def inspect_json(self) -> str:
+        """The ``inspect`` summary (sizes, auto_functionalized nodes, mutated inputs) as JSON text."""
+
+    def show(self) -> str:
+        """The graph in the text form ``print(torch.fx.Graph)`` uses."""
+
+    def rewritten(self) -> tuple[Graph, str]:
+        """Plans and applies the rewrite in Rust: the rewritten graph and the plan as JSON text.
+
+        Raises:
+            InternalError: the plan did not fit the graph (a bug; nothing is returned).
         """
 
     def plan_json(self) -> str:

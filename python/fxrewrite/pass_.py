@@ -10,6 +10,8 @@ pipeline does not (it treats mutating operators as impure).
 from __future__ import annotations
 
 import hashlib
+import itertools
+import logging
 import os
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -24,6 +26,8 @@ from .report import Report
 
 __all__ = ["ComposedPass", "Pass", "compose", "pass_"]
 
+log = logging.getLogger("fxrewrite")
+
 
 @cache
 def _native_build_id() -> str:
@@ -36,6 +40,34 @@ def _native_build_id() -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
+
+
+_graph_counter = itertools.count()
+
+
+def _save_stem() -> str:
+    """``<pid>-compile<id>-graph<n>``: which compile and which graph."""
+    compile_id = "none"
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+        if cid is not None:
+            compile_id = str(cid).replace("/", "_").replace(" ", "")
+    except Exception:  # no compile context (a direct call): the counter still tells graphs apart
+        pass
+    return f"{os.getpid()}-compile{compile_id}-graph{next(_graph_counter)}"
+
+
+def _save(graph: torch.fx.Graph, directory: str, stem: str) -> None:
+    """Saves for ``FXREWRITE_SAVE_DIR``; a failure to save never fails the compile."""
+    from .fxir import save
+
+    try:
+        os.makedirs(directory, exist_ok=True)
+        save(graph, os.path.join(directory, f"{stem}.fxir"), origin=stem)
+    except Exception as e:
+        log.warning("fxrewrite could not save %s to %s: %s", stem, directory, e)
 
 
 def _timed(name: str) -> Any:
@@ -81,9 +113,15 @@ class Pass(CustomGraphPass):
         self.reports: list[Report] = []
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        save_dir = os.environ.get("FXREWRITE_SAVE_DIR")
+        stem = _save_stem() if save_dir else ""
+        if save_dir:
+            _save(graph, save_dir, f"{stem}-before")
         # Shows up in torch's compile-time accounting (tlparse, compile events).
         with _timed("fxrewrite_pass"):
             report = rewrite(graph, strict=self._strict())
+        if save_dir:
+            _save(graph, save_dir, f"{stem}-after")
         _trace(report)
         self.last_report = report
         self.reports.append(report)

@@ -186,6 +186,9 @@ const META_SHAPE: u8 = 0x01;
 const META_STRIDE: u8 = 0x02;
 const META_STORAGE_OFFSET: u8 = 0x04;
 const META_STORAGE: u8 = 0x08;
+/// The strides are the contiguous (row-major) strides of the shape and are
+/// not stored.
+const META_CONTIGUOUS: u8 = 0x10;
 
 /// Tag bits [`OpTags::bits`] defines in this version.
 const KNOWN_TAG_BITS: u8 = 0x07;
@@ -417,7 +420,19 @@ fn put_ints(out: &mut Vec<u8>, xs: &[i64]) {
     }
 }
 
-fn put_meta<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, m: &'g TensorMeta) {
+/// Row-major strides of `shape`, as torch computes them (a dimension of size
+/// 0 counts as 1); `None` on overflow.
+fn contiguous_strides(shape: &[i64]) -> Option<Vec<i64>> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for (st, &d) in strides.iter_mut().zip(shape).rev() {
+        *st = acc;
+        acc = acc.checked_mul(d.max(1))?;
+    }
+    Some(strides)
+}
+
+fn put_meta<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, m: &'g TensorMeta, prev_storage: &mut u64) {
     s.put(out, &m.dtype);
     s.put(out, &m.device);
     put_varint(out, u64::from(m.rank));
@@ -426,7 +441,13 @@ fn put_meta<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, m: &'g TensorMeta) {
     if m.shape.is_some() {
         flags |= META_SHAPE;
     }
-    if m.stride.is_some() {
+    let contiguous = match (&m.shape, &m.stride) {
+        (Some(shape), Some(stride)) => contiguous_strides(shape).as_ref() == Some(stride),
+        _ => false,
+    };
+    if contiguous {
+        flags |= META_CONTIGUOUS;
+    } else if m.stride.is_some() {
         flags |= META_STRIDE;
     }
     if m.storage_offset.is_some() {
@@ -439,18 +460,25 @@ fn put_meta<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, m: &'g TensorMeta) {
     if let Some(shape) = &m.shape {
         put_ints(out, shape);
     }
-    if let Some(stride) = &m.stride {
+    if let (Some(stride), false) = (&m.stride, contiguous) {
         put_ints(out, stride);
     }
     if let Some(off) = m.storage_offset {
         put_varint(out, zigzag(off));
     }
     if let Some(storage) = m.storage {
-        put_varint(out, storage);
+        put_varint(out, zigzag(storage.wrapping_sub(*prev_storage) as i64));
+        *prev_storage = storage;
     }
 }
 
-fn put_node<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, node: &'g Node, at: i64) {
+fn put_node<'g>(
+    out: &mut Vec<u8>,
+    s: &mut Strings<'g>,
+    node: &'g Node,
+    at: i64,
+    prev_storage: &mut u64,
+) {
     let mut head = node.op.code() & NODE_OP_MASK;
     if node.meta.is_some() {
         head |= NODE_HAS_META;
@@ -471,7 +499,7 @@ fn put_node<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, node: &'g Node, at: i64)
         put_value(out, s, v, at);
     }
     if let Some(m) = &node.meta {
-        put_meta(out, s, m);
+        put_meta(out, s, m, prev_storage);
     }
     if let Some(src) = &node.source {
         s.put(out, src);
@@ -510,13 +538,10 @@ pub fn write(graph: &Graph, extra: &FileInfo) -> Vec<u8> {
 
     let mut nodes = Vec::with_capacity(graph.nodes.len() * 24);
     put_len(&mut nodes, graph.nodes.len());
+    let mut prev_storage = 0u64;
     for (i, node) in graph.nodes.iter().enumerate() {
-        put_node(
-            &mut nodes,
-            &mut s,
-            node,
-            i64::try_from(i).unwrap_or(i64::MAX),
-        );
+        let at = i64::try_from(i).unwrap_or(i64::MAX);
+        put_node(&mut nodes, &mut s, node, at, &mut prev_storage);
     }
 
     let mut strings = Vec::new();
@@ -602,14 +627,13 @@ fn envelope(bytes: &[u8]) -> Result<(&[u8], u32)> {
     let n = bytes.len();
     match bytes.get(..MAGIC.len()) {
         Some(m) if m == MAGIC => {}
-        Some(_) => return Err(bad_magic(bytes)),
         None if MAGIC.starts_with(bytes) => {
             return Err(decode_err(
                 n,
                 format!("truncated in header: the file is only {n} bytes (reading magic)"),
             ))
         }
-        None => return Err(bad_magic(bytes)),
+        _ => return Err(bad_magic(bytes)),
     }
     let version = le_u32(bytes, OFF_VERSION).ok_or_else(|| {
         decode_err(
@@ -684,6 +708,8 @@ struct Reader<'a> {
     budget: usize,
     /// The budget at the start, for the error message.
     budget_total: usize,
+    /// The last storage key decoded (storage keys are delta-coded).
+    prev_storage: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -1008,10 +1034,17 @@ impl<'a> Reader<'a> {
         let device = self.string("meta device")?;
         let rank = self.u32("meta rank")?;
         let itemsize = self.u32("meta itemsize")?;
+        let flags_at = self.pos;
         let flags = self.flags(
             "meta flags",
-            META_SHAPE | META_STRIDE | META_STORAGE_OFFSET | META_STORAGE,
+            META_SHAPE | META_STRIDE | META_STORAGE_OFFSET | META_STORAGE | META_CONTIGUOUS,
         )?;
+        if flags & META_CONTIGUOUS != 0 && (flags & META_STRIDE != 0 || flags & META_SHAPE == 0) {
+            return Err(self.err_at(
+                flags_at,
+                "meta flags: contiguous strides need a shape and no stored strides",
+            ));
+        }
         let shape = if flags & META_SHAPE != 0 {
             Some(self.ints("meta shape")?)
         } else {
@@ -1019,6 +1052,11 @@ impl<'a> Reader<'a> {
         };
         let stride = if flags & META_STRIDE != 0 {
             Some(self.ints("meta stride")?)
+        } else if flags & META_CONTIGUOUS != 0 {
+            let strides = shape.as_deref().and_then(contiguous_strides);
+            Some(strides.ok_or_else(|| {
+                self.err_at(flags_at, "meta: contiguous strides of the shape overflow")
+            })?)
         } else {
             None
         };
@@ -1028,7 +1066,10 @@ impl<'a> Reader<'a> {
             None
         };
         let storage = if flags & META_STORAGE != 0 {
-            Some(self.varint("meta storage key")?)
+            let delta = self.signed("meta storage key")?;
+            let key = self.prev_storage.wrapping_add(delta as u64);
+            self.prev_storage = key;
+            Some(key)
         } else {
             None
         };
@@ -1099,6 +1140,14 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The sections every version-1 file has, in this order.
+const REQUIRED: [u8; 4] = [
+    SECTION_STRINGS,
+    SECTION_INFO,
+    SECTION_TARGETS,
+    SECTION_NODES,
+];
+
 fn section_name(tag: u8) -> &'static str {
     match tag {
         SECTION_STRINGS => "strings",
@@ -1133,13 +1182,8 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
         strings: Vec::new(),
         budget,
         budget_total: budget,
+        prev_storage: 0,
     };
-    const REQUIRED: [u8; 4] = [
-        SECTION_STRINGS,
-        SECTION_INFO,
-        SECTION_TARGETS,
-        SECTION_NODES,
-    ];
     let mut next = 0usize;
     let mut info = FileInfo::default();
     let mut graph = Graph::new();
@@ -1270,6 +1314,7 @@ mod tests {
                 strings: vec![],
                 budget: 0,
                 budget_total: 0,
+                prev_storage: 0,
             };
             assert_eq!(r.varint("v"), Ok(v));
         }
@@ -1291,6 +1336,7 @@ mod tests {
                 strings: vec![],
                 budget: 0,
                 budget_total: 0,
+                prev_storage: 0,
             };
             assert!(r.varint("v").is_err(), "{bad:?}");
         }

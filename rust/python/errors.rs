@@ -38,16 +38,22 @@ create_exception!(
 );
 
 /// Converts an engine error into the matching Python exception. The message
-/// is the error's `Display`; `kind` is available as `err.args[1]`.
+/// is the error's `Display`; the stable variant name is the `kind` attribute.
 pub fn to_py(err: Error) -> PyErr {
     let kind = err.kind();
     let msg = err.to_string();
-    match err {
-        Error::InvalidGraph { .. } => InvalidGraphError::new_err((msg, kind)),
-        Error::Decode { .. } | Error::Version { .. } => FileFormatError::new_err((msg, kind)),
-        Error::Unsupported { .. } => UnsupportedGraphError::new_err((msg, kind)),
-        Error::Internal { .. } => InternalError::new_err((msg, kind)),
-    }
+    let py_err = match err {
+        Error::InvalidGraph { .. } => InvalidGraphError::new_err(msg),
+        Error::Decode { .. } | Error::Version { .. } => FileFormatError::new_err(msg),
+        Error::Unsupported { .. } => UnsupportedGraphError::new_err(msg),
+        Error::Internal { .. } => InternalError::new_err(msg),
+    };
+    Python::attach(|py| {
+        // Setting an attribute on a fresh exception object cannot fail in
+        // practice; if it did, the exception still carries its message.
+        let _ = py_err.value(py).setattr("kind", kind);
+    });
+    py_err
 }
 
 /// Registers the exception classes on the module.

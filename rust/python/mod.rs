@@ -9,6 +9,7 @@ mod convert;
 mod errors;
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::ir::Graph;
 
@@ -16,6 +17,7 @@ use crate::ir::Graph;
 #[pyclass(name = "Graph", module = "fxrewrite._core", frozen)]
 struct PyGraph {
     graph: Graph,
+    info: Vec<(String, String)>,
 }
 
 #[pymethods]
@@ -26,7 +28,33 @@ impl PyGraph {
     fn from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) -> PyResult<Self> {
         let graph = convert::graph_from_parts(targets, nodes)?;
         crate::ir::validate::validate(&graph).map_err(errors::to_py)?;
-        Ok(Self { graph })
+        Ok(Self { graph, info: Vec::new() })
+    }
+
+    /// Reads a `.fxir` file's bytes (GIL released while decoding).
+    #[staticmethod]
+    fn read(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+        let (graph, info) = py.detach(|| crate::ir::io::read(data)).map_err(errors::to_py)?;
+        Ok(Self { graph, info: info.entries })
+    }
+
+    /// The `.fxir` bytes of this graph, with the given provenance pairs.
+    fn write<'py>(&self, py: Python<'py>, info: Vec<(String, String)>) -> Bound<'py, PyBytes> {
+        let graph = &self.graph;
+        let bytes = py.detach(|| crate::ir::io::write(graph, &crate::ir::io::FileInfo { entries: info }));
+        PyBytes::new(py, &bytes)
+    }
+
+    /// Provenance pairs read from a file (empty for graphs built in memory).
+    #[getter]
+    fn info(&self) -> Vec<(String, String)> {
+        self.info.clone()
+    }
+
+    /// The `inspect` summary as JSON text.
+    fn inspect_json(&self) -> PyResult<String> {
+        serde_json::to_string(&crate::inspect::inspect(&self.graph))
+            .map_err(|e| errors::InternalError::new_err(e.to_string()))
     }
 
     /// Plans the rewrite; returns the plan (edits and report) as JSON text.
