@@ -453,6 +453,7 @@ impl<'g> Context<'g> {
         af: NodeId,
         excluded: &HashSet<NodeId>,
         cut: Option<(NodeId, i64)>,
+        written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos[af.idx()];
         let members = std::mem::take(&mut self.members[root]);
@@ -468,7 +469,8 @@ impl<'g> Context<'g> {
                 structural_root(&self.roles, m) == input && self.ver[m.idx()] == 0
             });
             let pos = &self.pos;
-            for_each_reader(&self.roles, &self.uses, m, &mut |r, _via| {
+            let this = &*self;
+            for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
                 let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] >= c) && in_input_family;
                 if pos[r.idx()] > p
                     && r != af
@@ -476,13 +478,70 @@ impl<'g> Context<'g> {
                     && !after_cut
                     && !found.iter().any(|(x, _)| *x == r)
                 {
-                    found.push((r, m));
+                    // A reader of a part of the buffer the call does not
+                    // write (the `v` of a split qkv) sees no change.
+                    let untouched = written.is_some_and(|ws| {
+                        let g = this.view_geometry(via, p);
+                        ws.iter().all(|w| provably_disjoint(w, &g))
+                    });
+                    if !untouched {
+                        found.push((r, m));
+                    }
                 }
                 true
             });
         }
         self.members[root] = kept;
         found
+    }
+
+    /// Geometry of a view that may not be walked yet: its chain of view
+    /// steps back to a node at or before position `p`, whose geometry is known.
+    fn view_geometry(&self, n: NodeId, p: i64) -> Geometry {
+        let mut steps: Vec<&ViewStep> = Vec::new();
+        let mut cur = n;
+        while self.pos[cur.idx()] > p {
+            match &self.roles[cur.idx()] {
+                Role::View { src, step, .. } => {
+                    steps.extend(step.iter());
+                    cur = *src;
+                }
+                _ => break,
+            }
+        }
+        let mut g = self.geometry(cur);
+        for s in steps.into_iter().rev() {
+            g = g.then(s);
+        }
+        g
+    }
+
+    /// Geometries of the regions the accepted buffers' written arguments
+    /// cover, or `None` when one of them is not modelled.
+    fn written_geometries(&self, call: &MutationCall, accepted: &[usize]) -> Option<Vec<Geometry>> {
+        let n = self.graph.node(call.node);
+        let mut out = Vec::new();
+        for w in call.written.iter().filter(|w| accepted.contains(&w.buffer)) {
+            let base = self.geometry(call.buffers[w.buffer].node);
+            out.push(match &w.view {
+                ViewOfBuffer::Whole | ViewOfBuffer::Alias => base,
+                ViewOfBuffer::Slice { keys } => {
+                    let get = |k: &String| n.kwarg(k).and_then(crate::ir::Value::as_int);
+                    let (dim, start, end) = (get(&keys[0])?, get(&keys[1])?, get(&keys[2])?);
+                    if dim < 0 || start < 0 || end < start {
+                        return None;
+                    }
+                    base.then(&ViewStep::Slice {
+                        dim,
+                        start,
+                        end,
+                        step: 1,
+                    })
+                }
+                ViewOfBuffer::AsStrided { .. } => return None,
+            });
+        }
+        Some(out)
     }
 
     fn movable(&self, n: NodeId) -> bool {
@@ -780,11 +839,58 @@ impl<'g> Context<'g> {
             } else {
                 None
             };
+            if let Some((x, c_pos)) = cut {
+                // The write-back overwrites the input with the final value. A
+                // value this call leaves in the input's memory (a result, or
+                // a removed write-back scatter) must not be read after it,
+                // unless it is that final value.
+                let copy = self.writeback.get(&x).copied();
+                let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
+                    Role::InputWriteBack { src, .. } => Some(src),
+                    _ => None,
+                });
+                let mut values: Vec<NodeId> = accepted
+                    .iter()
+                    .flat_map(|&b| self.result_nodes(call, b))
+                    .collect();
+                if let Some(c) = &chain {
+                    values.extend(c.iter().filter(|(_, (_, exact))| *exact).map(|(sc, _)| *sc));
+                }
+                let mut late = None;
+                for g in values {
+                    if Some(g) == wb_src {
+                        continue;
+                    }
+                    let pos = &self.pos;
+                    for_each_reader(&self.roles, &self.uses, g, &mut |r, _| {
+                        if pos[r.idx()] >= c_pos && Some(r) != copy {
+                            late = Some(r);
+                            return false;
+                        }
+                        true
+                    });
+                    if late.is_some() {
+                        break;
+                    }
+                }
+                if let Some(r) = late {
+                    for &b in &accepted {
+                        clone[b] = Some(self.reader_note(
+                            &call.buffers[b].label,
+                            r,
+                            bytes[b],
+                            "after the graph writes the input back,",
+                        ));
+                    }
+                    continue;
+                }
+            }
             let excluded: HashSet<NodeId> = chain
                 .as_ref()
                 .map(|c| c.keys().copied().collect())
                 .unwrap_or_default();
-            let hazards = self.hazards(root, af, &excluded, cut);
+            let written = self.written_geometries(call, &accepted);
+            let hazards = self.hazards(root, af, &excluded, cut, written.as_deref());
             if !hazards.is_empty() {
                 match self.plan_moves(&hazards, af) {
                     Ok(set) => {
@@ -813,6 +919,37 @@ impl<'g> Context<'g> {
         }
         self.emit_mutation(call, rule, &clone, &moved, &chains);
         Outcome::Rewritten
+    }
+
+    /// The getitem nodes of `call` that stand for buffer `b`'s new value.
+    fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for &u in self.uses.users(call.node) {
+            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                continue;
+            };
+            match call.results.get(index) {
+                Some(ResultSlot::Buffer(x)) if *x == b => out.push(u),
+                Some(ResultSlot::BufferList(items)) if items.contains(&Some(b)) => {
+                    for &gu in self.uses.users(u) {
+                        if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
+                            if items.get(item) == Some(&Some(b)) {
+                                out.push(gu);
+                            }
+                        }
+                    }
+                }
+                Some(ResultSlot::Return(i)) => {
+                    if let Some(w) = call.return_aliases.get(*i).copied().flatten() {
+                        if call.written[w].buffer == b {
+                            out.push(u);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     fn check_users(&self, call: &MutationCall) -> std::result::Result<(), String> {
@@ -884,12 +1021,12 @@ impl<'g> Context<'g> {
                 buf_val.push(base);
                 continue;
             }
-            let preserve = call
-                .written
-                .iter()
-                .any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
-            let v = match (preserve, strided_layout(self.graph, b.node)) {
-                (true, Some((size, stride, offset))) => {
+            // Like torch's clone_preserve_strides: a plain clone of a strided
+            // or offset buffer changes its layout, and views regenerated on
+            // it (as_strided view info, now or in a later call) would then
+            // address the wrong elements.
+            let v = match strided_layout(self.graph, b.node) {
+                Some((size, stride, offset)) if !plain_contiguous(&size, &stride, offset) => {
                     let needed = required_storage(&size, &stride, offset);
                     let flat = self.insert(
                         af,
@@ -1337,6 +1474,22 @@ fn provably_disjoint(a: &Geometry, b: &Geometry) -> bool {
 fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
     let m = graph.node(n).meta.as_ref()?;
     Some((m.shape.clone()?, m.stride.clone()?, m.storage_offset?))
+}
+
+/// True when a tensor of this layout is dense, row-major and at offset 0: a
+/// plain clone reproduces its layout exactly.
+fn plain_contiguous(size: &[i64], stride: &[i64], offset: i64) -> bool {
+    if offset != 0 || size.len() != stride.len() {
+        return false;
+    }
+    let mut expected = 1i64;
+    for (&s, &st) in size.iter().zip(stride).rev() {
+        if s != 1 && st != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(s.max(1));
+    }
+    true
 }
 
 /// Elements a strided tensor needs from its storage, as

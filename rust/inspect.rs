@@ -54,7 +54,10 @@ pub fn inspect(graph: &Graph) -> Inspection {
             }
         };
         let op = match node.args.first() {
-            Some(Value::Target(t)) => graph.targets.get(t.idx()).map_or("<unknown>".to_string(), |t| t.name.clone()),
+            Some(Value::Target(t)) => graph
+                .targets
+                .get(t.idx())
+                .map_or("<unknown>".to_string(), |t| t.name.clone()),
             _ => "<unknown>".to_string(),
         };
         match af.iter_mut().find(|c| c.op == op && c.form == form) {
@@ -64,7 +67,11 @@ pub fn inspect(graph: &Graph) -> Inspection {
     }
     Inspection {
         nodes: graph.len(),
-        inputs: graph.nodes.iter().filter(|n| n.op == OpCode::Placeholder).count(),
+        inputs: graph
+            .nodes
+            .iter()
+            .filter(|n| n.op == OpCode::Placeholder)
+            .count(),
         targets: graph.targets.len(),
         auto_functionalized: af,
         mutated_inputs,

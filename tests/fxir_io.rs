@@ -880,11 +880,11 @@ fn hostile_string_count_fails_fast_without_allocating() {
     let bytes = assemble(&[(SECTION_STRINGS, table)]);
     let (offset, detail) = assert_fast(|| decode_err(&bytes));
     assert_eq!(offset, HEADER_LEN as u64 + 2);
-    assert!(
-        detail.contains("string count 1152921504606846976"),
-        "{detail}"
+    assert_eq!(
+        detail,
+        "string count 1152921504606846976 is impossible with only 16 bytes left \
+         in section 'strings'"
     );
-    assert!(detail.contains("section 'strings'"), "{detail}");
 }
 
 #[test]
@@ -1161,7 +1161,7 @@ fn section_structure_is_checked() {
     extra_bytes[3].1.push(0);
     let (_, d) = decode_err(&assemble(&extra_bytes));
     assert!(
-        d.contains("1 unused bytes at the end of the section") && d.contains("'nodes'"),
+        d.contains("1 byte(s) left unused at the end in section 'nodes'") && d.contains("'nodes'"),
         "{d}"
     );
 
@@ -1502,7 +1502,7 @@ fn arb_info() -> impl Strategy<Value = FileInfo> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // 256 cases each by default; PROPTEST_CASES=N runs more.
 
     #[test]
     fn random_graphs_round_trip(g in arb_graph(), i in arb_info()) {
@@ -1579,21 +1579,4 @@ fn zigzag_helper_matches_the_spec() {
         io::write(&g, &FileInfo::new()),
         file_with_strings_and_nodes(&["output"], &[output_node(&args, 1)])
     );
-}
-
-#[test]
-fn tmp_timing() {
-    let g = transformer_like(20_000, true);
-    let i = info();
-    let bytes = io::write(&g, &i);
-    let t = Instant::now();
-    for _ in 0..20 { std::hint::black_box(io::read(&bytes).unwrap()); }
-    let r = t.elapsed() / 20;
-    let t = Instant::now();
-    for _ in 0..20 { std::hint::black_box(g.clone()); }
-    let c = t.elapsed() / 20;
-    let t = Instant::now();
-    for _ in 0..20 { std::hint::black_box(fxrewrite::ir::validate::validate(&g)).unwrap(); }
-    let v = t.elapsed() / 20;
-    eprintln!("read {r:?} clone {c:?} validate {v:?}");
 }

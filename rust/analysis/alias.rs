@@ -457,11 +457,12 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
                 if schema.returns.len() == 1
                     && schema.returns[0].ty == crate::ir::ArgType::TensorList
                 {
-                    // A list of views: its getitems carry the geometry; the list
-                    // itself is an opaque view, so direct readers of it count.
+                    // A list of views: it forwards its source's memory (so its
+                    // readers and its getitems' readers are found through it)
+                    // with the source's geometry; each getitem adds its step.
                     return Role::View {
                         src,
-                        step: Some(ViewStep::Opaque(id)),
+                        step: None,
                         overlapping: false,
                     };
                 }
@@ -518,12 +519,17 @@ fn classify_getitem(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir:
         Some(a) if a.is_write => Role::Opaque,
         Some(_) => {
             if schema.returns.len() == 1 && schema.returns[0].ty == crate::ir::ArgType::TensorList {
-                let Some(base) = arg(graph.node(src), schema, 0).and_then(|v| v.as_node()) else {
+                if arg(graph.node(src), schema, 0)
+                    .and_then(|v| v.as_node())
+                    .is_none()
+                {
                     return Role::Opaque;
-                };
+                }
+                // A view of the list node, which carries its source's geometry:
+                // the step is relative to that source.
                 let step = list_item_step(graph, id, src, index, &src_target.name, schema);
                 Role::View {
-                    src: base,
+                    src,
                     step,
                     overlapping: false,
                 }

@@ -10,8 +10,8 @@
 //! bytes that remain before anything is allocated, nesting is capped at
 //! [`MAX_VALUE_DEPTH`], enum codes, flag bits, string indices, UTF-8, the
 //! length field and the checksum are all checked, and the decoded graph goes
-//! through [`validate`] before it is returned. It never panics; what it
-//! allocates is bounded by a small multiple of the input's size.
+//! through [`validate`] before it is returned. It never panics, and what it
+//! allocates grows at most linearly with the size of the input.
 //!
 //! ```
 //! use fxrewrite::ir::io::{self, FileInfo};
@@ -536,7 +536,7 @@ pub fn write(graph: &Graph, extra: &FileInfo) -> Vec<u8> {
         }
     }
 
-    let mut nodes = Vec::with_capacity(graph.nodes.len() * 24);
+    let mut nodes = Vec::with_capacity(graph.nodes.len().saturating_mul(24));
     put_len(&mut nodes, graph.nodes.len());
     let mut prev_storage = 0u64;
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -802,7 +802,7 @@ impl<'a> Reader<'a> {
             Ok(c) if c.checked_mul(min_each).is_some_and(|b| b <= left) => Ok(c),
             _ => Err(self.err_at(
                 start,
-                format_args!("{what} {n} is impossible with {left} bytes left in the section"),
+                format_args!("{what} {n} is impossible with only {left} bytes left"),
             )),
         }
     }
@@ -1231,7 +1231,7 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
         if r.pos != end {
             return Err(r.err_at(
                 r.pos,
-                format_args!("{} unused bytes at the end of the section", end - r.pos),
+                format_args!("{} byte(s) left unused at the end", end - r.pos),
             ));
         }
     }

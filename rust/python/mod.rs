@@ -28,20 +28,29 @@ impl PyGraph {
     fn from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) -> PyResult<Self> {
         let graph = convert::graph_from_parts(targets, nodes)?;
         crate::ir::validate::validate(&graph).map_err(errors::to_py)?;
-        Ok(Self { graph, info: Vec::new() })
+        Ok(Self {
+            graph,
+            info: Vec::new(),
+        })
     }
 
     /// Reads a `.fxir` file's bytes (GIL released while decoding).
     #[staticmethod]
     fn read(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
-        let (graph, info) = py.detach(|| crate::ir::io::read(data)).map_err(errors::to_py)?;
-        Ok(Self { graph, info: info.entries })
+        let (graph, info) = py
+            .detach(|| crate::ir::io::read(data))
+            .map_err(errors::to_py)?;
+        Ok(Self {
+            graph,
+            info: info.entries,
+        })
     }
 
     /// The `.fxir` bytes of this graph, with the given provenance pairs.
     fn write<'py>(&self, py: Python<'py>, info: Vec<(String, String)>) -> Bound<'py, PyBytes> {
         let graph = &self.graph;
-        let bytes = py.detach(|| crate::ir::io::write(graph, &crate::ir::io::FileInfo { entries: info }));
+        let bytes =
+            py.detach(|| crate::ir::io::write(graph, &crate::ir::io::FileInfo { entries: info }));
         PyBytes::new(py, &bytes)
     }
 
@@ -64,6 +73,33 @@ impl PyGraph {
             .detach(|| crate::engine::plan(graph))
             .map_err(errors::to_py)?;
         serde_json::to_string(&plan).map_err(|e| errors::InternalError::new_err(e.to_string()))
+    }
+
+    /// The graph in the text form `print(torch.fx.Graph)` uses.
+    fn show(&self) -> String {
+        crate::ir::show::to_fx_text(&self.graph)
+    }
+
+    /// Plans and applies the rewrite in Rust: the rewritten graph and the plan
+    /// as JSON text (GIL released throughout).
+    fn rewritten(&self, py: Python<'_>) -> PyResult<(Self, String)> {
+        let graph = &self.graph;
+        let (out, plan) = py
+            .detach(|| -> crate::Result<_> {
+                let plan = crate::engine::plan(graph)?;
+                let out = crate::ir::apply::apply_plan(graph, &plan)?;
+                Ok((out, plan))
+            })
+            .map_err(errors::to_py)?;
+        let json = serde_json::to_string(&plan)
+            .map_err(|e| errors::InternalError::new_err(e.to_string()))?;
+        Ok((
+            Self {
+                graph: out,
+                info: self.info.clone(),
+            },
+            json,
+        ))
     }
 
     /// The graph as the encoder's `(targets, nodes)` tuples.
