@@ -7,17 +7,19 @@
 //! original graph with torch's functional semantics and the planned program
 //! with real in-place calls on shared memory (`interp`).
 //!
-//! The random graphs avoid three patterns on which the engine's plan is known
-//! to change the program's result (reported, not tested here):
+//! The random graphs include the three patterns on which the engine once
+//! made plans that changed the program's result (section 14 has a named
+//! regression test for each):
 //! - a graph input whose intermediate value is still read after the input's
-//!   `copy_` write-back (e.g. returned as a saved tensor): the re-inplaced
-//!   value lives in the input's memory, which the write-back then overwrites;
+//!   `copy_` write-back (returned next to the final value, or the input written
+//!   back with an unrelated value): the re-inplaced value lived in the input's
+//!   memory, which the write-back then overwrote;
 //! - a `split_with_sizes` of an old value taken after a call wrote it: the
-//!   split's getitems are taken for readers and moved, their own readers are
-//!   not seen;
-//! - `as_strided` view info on the result of a call whose buffer was cloned
-//!   from a view with a storage offset (a plain `clone` does not keep the
-//!   layout torch's `clone_preserve_strides` gives the result).
+//!   split's getitems were moved before the call, their own readers were not;
+//! - `as_strided` addressing (v2 view info or an `as_strided` node) on the
+//!   result of a call whose buffer was cloned from a strided or offset view:
+//!   a plain `clone` did not keep the layout torch's `clone_preserve_strides`
+//!   gives the result.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -2142,7 +2144,7 @@ mod random {
         AddRms { v2: bool, x: u8, res: u8 },
         ForeachV1(u8, u8),
         Out(u8),
-        CopyBack(u8),
+        CopyBack(u8, u8),
         Unknown(u8),
         Read(u8),
         AsStrided(u8, u8),
@@ -2169,7 +2171,7 @@ mod random {
             1 => (any::<bool>(), i(), i()).prop_map(|(v2, x, res)| Step::AddRms { v2, x, res }),
             1 => (i(), i()).prop_map(|(a, b)| Step::ForeachV1(a, b)),
             1 => i().prop_map(Step::Out),
-            2 => i().prop_map(Step::CopyBack),
+            2 => (i(), i()).prop_map(|(a, b)| Step::CopyBack(a, b)),
             1 => i().prop_map(Step::Unknown),
             2 => i().prop_map(Step::Read),
             1 => (i(), i()).prop_map(|(a, b)| Step::AsStrided(a, b)),
@@ -2177,6 +2179,9 @@ mod random {
             1 => i().prop_map(Step::V2Opt),
         ]
     }
+
+    /// Size, stride and storage offset.
+    type Layout = (Vec<i64>, Vec<i64>, i64);
 
     /// How a tensor was cut from another, for the matching scatter.
     #[derive(Clone, Copy, Debug)]
@@ -2189,10 +2194,8 @@ mod random {
         Select {
             index: i64,
         },
-        /// `as_strided(size [2, 3], stride [8, 1], offset)`: never scattered.
-        Strided {
-            offset: i64,
-        },
+        /// `as_strided` inside the source's layout: never scattered.
+        Strided,
     }
 
     /// A tensor of the graph being built, with its real layout.
@@ -2218,12 +2221,11 @@ mod random {
         with_meta: bool,
         /// The latest whole new value of each graph input.
         latest: HashMap<NodeId, NodeId>,
-        /// Inputs to write back at the end.
-        writebacks: Vec<NodeId>,
+        /// Inputs to write back at the end, with the value to write when it
+        /// is not the input's latest.
+        writebacks: Vec<(NodeId, Option<NodeId>)>,
         /// The weights input every call reads (never written).
         w: NodeId,
-        /// Tops of the view chains of every tensor written so far.
-        written: Vec<NodeId>,
     }
 
     impl Gen {
@@ -2257,20 +2259,13 @@ mod random {
             });
         }
 
-        /// Records that `t` is written by a mutating call.
-        fn mark_written(&mut self, t: &T) {
-            let top = self.top(t);
-            if !self.written.contains(&top) {
-                self.written.push(top);
-            }
-        }
-
-        /// The top of `t`'s chain of views.
-        fn top(&self, t: &T) -> NodeId {
-            match t.cut {
-                Some((base, _)) => self.top(&self.t_of(base)),
-                None => t.id,
-            }
+        /// Whether `as_strided` addressing of `t` is generated. Without
+        /// metadata, only of plain fresh tensors: the engine cannot know the
+        /// layout of a buffer it clones, so a result cloned from a strided
+        /// view comes out contiguous and absolute addressing on it reads other
+        /// elements (see the file notes).
+        fn strided_ok(&self, t: &T) -> bool {
+            self.with_meta || self.plain_fresh(t.id)
         }
 
         fn plain_fresh(&self, id: NodeId) -> bool {
@@ -2325,12 +2320,14 @@ mod random {
                     size.remove(0);
                     stride.remove(0);
                 }
-                Cut::Strided { offset: o } => {
-                    size = vec![2, 3];
-                    stride = vec![8, 1];
-                    offset = o;
-                }
+                Cut::Strided => unreachable!("as_strided views are made by `strided_view`"),
             }
+            self.push_view(id, src, cut, (size, stride, offset));
+        }
+
+        /// A view `id` of `src` with the given layout.
+        fn push_view(&mut self, id: NodeId, src: &T, cut: Cut, layout: Layout) {
+            let (size, stride, offset) = layout;
             self.set_meta(id, &size, &stride, offset);
             self.ts.push(T {
                 id,
@@ -2340,6 +2337,27 @@ mod random {
                 cut: Some((src.id, cut)),
                 root: src.root,
             });
+        }
+
+        /// An `as_strided` layout of at most 2 x 3 elements inside `src`'s
+        /// own (same strides, a shifted offset), as a view of `src` addresses
+        /// memory; `None` for a 0-d `src`.
+        fn strided_sub(src: &T, o: u8) -> Option<Layout> {
+            if src.size.is_empty() || src.size.len() > 2 {
+                return None;
+            }
+            let want = [2, 3];
+            let skip = usize::from(src.size.len() == 1);
+            let mut offset = src.offset;
+            let mut size = Vec::new();
+            let mut shift = i64::from(o);
+            for (d, (&s, &st)) in src.size.iter().zip(&src.stride).enumerate() {
+                let k = want[d + skip].min(s);
+                offset += (shift % (s - k + 1)) * st;
+                shift /= 3;
+                size.push(k);
+            }
+            Some((size, src.stride.clone(), offset))
         }
 
         fn scatter_back(&mut self, base: NodeId, cut: Cut, new: NodeId) -> NodeId {
@@ -2358,7 +2376,7 @@ mod random {
                     &select_scatter_op(),
                     vec![n(base), n(new), Value::Int(0), Value::Int(index)],
                 ),
-                Cut::Strided { .. } => unreachable!("as_strided views are not scattered"),
+                Cut::Strided => unreachable!("as_strided views are not scattered"),
             }
         }
 
@@ -2366,16 +2384,15 @@ mod random {
         /// when it was cut from one and `scatter` is set.
         fn written_result(&mut self, t: &T, new: NodeId, scatter: bool) {
             match (t.cut, scatter) {
-                (Some((base, cut)), true) if !matches!(cut, Cut::Strided { .. }) => {
+                (Some((base, cut)), true) if !matches!(cut, Cut::Strided) => {
                     let s = self.scatter_back(base, cut, new);
                     let bt = self.t_of(base);
                     self.fresh(s, &bt.size);
                     self.version(&bt);
                 }
-                _ => {
-                    self.fresh(new, &t.size);
-                    self.version(t);
-                }
+                // torch's v1 clones with `clone_preserve_strides`: the new
+                // value has the written tensor's layout.
+                _ => self.like(new, t),
             }
         }
 
@@ -2444,9 +2461,8 @@ mod random {
                 }
                 Step::Split(a) => {
                     let src = self.pick(a);
-                    // Not of an old value after a call wrote it: see the
-                    // engine issue in the file notes.
-                    if src.size.last() != Some(&8) || self.written.contains(&self.top(&src)) {
+                    // Also of an old value after a call wrote it.
+                    if src.size.last() != Some(&8) {
                         return;
                     }
                     let sp = self.b.call(
@@ -2462,7 +2478,6 @@ mod random {
                 }
                 Step::V2Rms { base, x, view } => {
                     let (base, x) = (self.pick(base), self.pick(x).id);
-                    self.mark_written(&base);
                     let w = self.w;
                     let mut kwargs = vec![
                         ("_out_base_index", Value::Int(0)),
@@ -2477,12 +2492,23 @@ mod random {
                             ("_out_slice_start", Value::Int(i64::from(view % 3))),
                             ("_out_slice_end", Value::Int(3)),
                         ]),
-                        // as_strided views only of plain fresh bases: see the
-                        // file notes on clones and storage offsets.
-                        3 if self.plain_fresh(base.id) => kwargs.extend([
+                        // as_strided view info inside the base's layout, of
+                        // any base (strided, offset, an earlier call's result).
+                        3 if self.strided_ok(&base) => {
+                            if let Some((size, stride, offset)) = Self::strided_sub(&base, view / 5)
+                            {
+                                kwargs.extend([
+                                    ("_out_size", ints(&size)),
+                                    ("_out_stride", ints(&stride)),
+                                    ("_out_storage_offset", Value::Int(offset)),
+                                ]);
+                            }
+                        }
+                        // Overlapping rows of a dense [4, 8] base.
+                        4 if self.plain_fresh(base.id) && base.size == [4, 8] => kwargs.extend([
                             ("_out_size", ints(&[2, 3])),
                             ("_out_stride", ints(&[4, 1])),
-                            ("_out_storage_offset", Value::Int(base.offset + 1)),
+                            ("_out_storage_offset", Value::Int(1)),
                         ]),
                         _ => {}
                     }
@@ -2492,7 +2518,6 @@ mod random {
                 }
                 Step::V1Rms { out, x, scatter } => {
                     let (t, x) = (self.pick(out), self.pick(x).id);
-                    self.mark_written(&t);
                     let w = self.w;
                     let af = self
                         .b
@@ -2502,8 +2527,6 @@ mod random {
                 }
                 Step::V1Rot { q, k, scatter } => {
                     let (q, k) = (self.pick(q), self.pick(k));
-                    self.mark_written(&q);
-                    self.mark_written(&k);
                     let cos = self.w;
                     let af = self.b.v1(
                         &rot_op(),
@@ -2515,8 +2538,8 @@ mod random {
                     match (q.cut, k.cut, scatter) {
                         (Some((bq, cq)), Some((bk, ck)), true)
                             if bq == bk
-                                && !matches!(cq, Cut::Strided { .. })
-                                && !matches!(ck, Cut::Strided { .. }) =>
+                                && !matches!(cq, Cut::Strided)
+                                && !matches!(ck, Cut::Strided) =>
                         {
                             let s1 = self.scatter_back(bq, cq, g1);
                             let bt = self.t_of(bq);
@@ -2534,8 +2557,6 @@ mod random {
                 }
                 Step::AddRms { v2, x, res } => {
                     let (x, res) = (self.pick(x), self.pick(res));
-                    self.mark_written(&x);
-                    self.mark_written(&res);
                     let w = self.w;
                     let af = if v2 {
                         self.b.v2(
@@ -2557,20 +2578,12 @@ mod random {
                     self.fresh(r, &x.size);
                     let g1 = self.b.getitem(af, 1);
                     let g2 = self.b.getitem(af, 2);
-                    if v2 {
-                        self.like(g1, &x);
-                        self.like(g2, &res);
-                    } else {
-                        self.fresh(g1, &x.size);
-                        self.version(&x);
-                        self.fresh(g2, &res.size);
-                        self.version(&res);
-                    }
+                    // Both forms clone with `clone_preserve_strides`.
+                    self.like(g1, &x);
+                    self.like(g2, &res);
                 }
                 Step::ForeachV1(a, c) => {
                     let (a, c) = (self.pick(a), self.pick(c));
-                    self.mark_written(&a);
-                    self.mark_written(&c);
                     let w = self.w;
                     let af = self.b.v1(
                         &foreach_op(),
@@ -2579,8 +2592,7 @@ mod random {
                     let list = self.b.getitem(af, 1);
                     for (i, t) in [a, c].iter().enumerate() {
                         let g = self.b.getitem(list, i64::try_from(i).unwrap());
-                        self.fresh(g, &t.size);
-                        self.version(t);
+                        self.like(g, t);
                     }
                 }
                 Step::Out(a) => {
@@ -2598,17 +2610,21 @@ mod random {
                     );
                     self.fresh(af, &[4, 8]);
                 }
-                Step::CopyBack(a) => {
+                Step::CopyBack(a, src) => {
                     // Torch's epilogue: written back at the end, with the
-                    // input's latest value.
+                    // input's latest value, or now and then with another
+                    // tensor of its shape (`x.copy_(y)` in the program).
                     let dst = self.inputs[usize::from(a) % self.inputs.len()];
-                    if !self.writebacks.contains(&dst) {
-                        self.writebacks.push(dst);
+                    let value = (src % 3 == 0)
+                        .then(|| self.pick(src / 3))
+                        .filter(|t| t.size == [4, 8] && t.id != dst)
+                        .map(|t| t.id);
+                    if !self.writebacks.iter().any(|(x, _)| *x == dst) {
+                        self.writebacks.push((dst, value));
                     }
                 }
                 Step::Unknown(a) => {
                     let base = self.pick(a);
-                    self.mark_written(&base);
                     let w = self.w;
                     let af = self.b.v2(
                         &rms_op(),
@@ -2624,23 +2640,29 @@ mod random {
                     self.like(g, &base);
                 }
                 Step::AsStrided(a, o) => {
+                    // Inside the source's layout, of any source.
                     let src = self.pick(a);
-                    if !self.plain_fresh(src.id) || src.size != [4, 8] {
+                    if !self.strided_ok(&src) {
                         return;
                     }
-                    let offset = i64::from(o % 8);
+                    let Some(layout) = Self::strided_sub(&src, o) else {
+                        return;
+                    };
                     let v = self.b.call(
                         &as_strided_op(),
-                        vec![n(src.id), ints(&[2, 3]), ints(&[8, 1]), Value::Int(offset)],
+                        vec![
+                            n(src.id),
+                            ints(&layout.0),
+                            ints(&layout.1),
+                            Value::Int(layout.2),
+                        ],
                     );
-                    self.view(v, &src, Cut::Strided { offset });
+                    self.push_view(v, &src, Cut::Strided, layout);
                 }
                 Step::V2Foreach(a, c, two_bases) => {
                     let (a, c) = (self.pick(a), self.pick(c));
                     let w = self.w;
                     if two_bases {
-                        self.mark_written(&a);
-                        self.mark_written(&c);
                         let af = self.b.v2(
                             &foreach_op(),
                             vec![
@@ -2659,7 +2681,6 @@ mod random {
                         if a.size.first().is_none_or(|&s| s < 2) {
                             return;
                         }
-                        self.mark_written(&a);
                         let af = self.b.v2(
                             &foreach_op(),
                             vec![
@@ -2682,7 +2703,6 @@ mod random {
                 }
                 Step::V2Opt(a) => {
                     let base = self.pick(a);
-                    self.mark_written(&base);
                     let w = self.w;
                     let af = self.b.v2(
                         &opt_op(),
@@ -2744,7 +2764,6 @@ mod random {
             with_meta,
             latest: HashMap::new(),
             writebacks: Vec::new(),
-            written: Vec::new(),
             w: NodeId(0),
         };
         let wm = g.meta_of(&[8], &[1], 0);
@@ -2753,27 +2772,21 @@ mod random {
         for s in steps {
             g.apply(s);
         }
-        let mut written_back = Vec::new();
-        for x in g.writebacks.clone() {
-            let last = g.latest[&x];
-            if last != x {
-                g.b.call(&copy_op(), vec![n(x), n(last)]);
-                written_back.push(x);
+        for (x, value) in g.writebacks.clone() {
+            let value = value.unwrap_or(g.latest[&x]);
+            if value != x {
+                g.b.call(&copy_op(), vec![n(x), n(value)]);
             }
         }
         if with_meta {
             set_storage_keys(&mut g.b.g);
         }
-        // Older values of written-back inputs are not returned: the engine
-        // mishandles that case (see the file notes).
+        // Any tensor may be returned, older values of written-back inputs
+        // included.
         let outs: Vec<NodeId> = g
             .ts
             .iter()
             .rev()
-            .filter(|t| {
-                t.root
-                    .is_none_or(|r| !written_back.contains(&r) || t.id == r || t.id == g.latest[&r])
-            })
             .enumerate()
             .filter(|(i, _)| *i < 64 && outputs >> i & 1 == 1)
             .map(|(_, t)| t.id)
@@ -3771,3 +3784,4 @@ fn dump(g: &Graph, p: &Plan) -> String {
     }
     out
 }
+

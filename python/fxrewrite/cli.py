@@ -12,6 +12,7 @@ disagreed with eager); 2 bad usage or unreadable input.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -125,7 +126,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     def text() -> str:
         out = []
         for r in rows:
-            out.append(f"{r['file']}: {r['nodes']} nodes, {r['inputs']} inputs, {r['targets']} distinct targets")
+            out.append(
+                f"{r['file']}: {r['nodes']} nodes, {r['inputs']} inputs, {r['targets']} distinct targets"
+            )
             if r["info"].get("origin"):
                 out.append(f"  from: {r['info']['origin']} (torch {r['info'].get('torch_version', '?')})")
             if r["auto_functionalized"]:
@@ -194,7 +197,9 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
 
     def text() -> str:
         lines = [report.summary(), f"wrote {args.output} ({len(rewritten)} nodes, was {len(g)})"]
-        lines += [line for d in report.decisions if d.clones or d.action == "left" for line in _decision_lines(d)]
+        lines += [
+            line for d in report.decisions if d.clones or d.action == "left" for line in _decision_lines(d)
+        ]
         return "\n".join(lines)
 
     _emit(args, {"output": args.output, "report": report.to_dict()}, text)
@@ -247,6 +252,15 @@ def _sub(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print JSON for machines instead of tables")
+    if name != "demo":
+        p.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import MODULE first (the library defining the graph's custom operators; needed for .pt2)",
+        )
     p.set_defaults(func=func)
     return p
 
@@ -337,6 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        for module in getattr(args, "imports", []):
+            try:
+                importlib.import_module(module)
+            except Exception as e:
+                raise UsageError(f"--import {module}: {type(e).__name__}: {e}") from e
         return int(args.func(args))
     except UsageError as e:
         print(f"fxrewrite {args.command}: {e}", file=sys.stderr)

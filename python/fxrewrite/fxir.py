@@ -9,6 +9,7 @@ no torch: see ``read_native``.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,27 @@ def native_from_export(path: str | os.PathLike[str]) -> _core.Graph:
 
     from .encode import encode
 
+    # torch logs a full traceback before raising; the error we raise says it all.
+    export_log = logging.getLogger("torch.export")
+    level = export_log.level
+    export_log.setLevel(logging.CRITICAL)
     try:
         ep = torch.export.load(str(path))
     except Exception as e:
-        raise FileFormatError(f"{path}: not a readable torch.export archive ({type(e).__name__}: {e})") from e
+        raise FileFormatError(
+            f"{path}: not a readable torch.export archive ({type(e).__name__}: {str(e)[:300]}); if the program "
+            "uses custom operators, import the library that defines them first (fxrewrite --import MODULE)"
+        ) from e
+    finally:
+        export_log.setLevel(level)
+    # torch.export keeps mutating operators as they are (a non-functional IR);
+    # functionalizing it, with no decompositions, gives the graph Inductor sees.
+    try:
+        ep = ep.run_decompositions({})
+    except Exception as e:
+        raise FxrewriteError(
+            f"{path}: could not functionalize the exported program: {type(e).__name__}: {e}"
+        ) from e
     enc = encode(ep.graph, with_sources=True)
     native = _core.Graph.from_parts(*enc.parts)
     sig = ep.graph_signature
@@ -141,7 +159,9 @@ def load(path: str | os.PathLike[str]) -> Any:
     for opcode, name, tid, args, kwargs, _meta, _source in nodes:
         op = opnames[opcode]
         if op in ("get_attr", "call_module"):
-            raise FxrewriteError(f"{path}: node {name} refers to a module attribute, which .fxir does not store")
+            raise FxrewriteError(
+                f"{path}: node {name} refers to a module attribute, which .fxir does not store"
+            )
         if op == "call_function":
             if tid not in resolved:
                 resolved[tid] = resolve(targets[tid], name)
