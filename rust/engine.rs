@@ -14,7 +14,9 @@
 //! every earlier decision is final when a node is planned: an older version's
 //! reader that survived an earlier decision would have been a hazard for it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::analysis::alias::{classify, Geometry, Role, ViewStep};
 use crate::analysis::liveness::{for_each_reader, last_reads};
@@ -122,8 +124,8 @@ impl<'g> Context<'g> {
         let uses = Uses::build(graph);
         let last_read = last_reads(&roles, &uses);
         let n = graph.len();
-        let mut writeback = HashMap::new();
-        let mut foreign = HashSet::new();
+        let mut writeback = HashMap::default();
+        let mut foreign = HashSet::default();
         for (i, role) in roles.iter().enumerate() {
             match role {
                 Role::InputWriteBack { dst, .. } => {
@@ -153,11 +155,11 @@ impl<'g> Context<'g> {
             link: vec![Link::Root; n],
             writeback,
             foreign,
-            binds: HashMap::new(),
-            scatter_binds: HashMap::new(),
-            clone_reps: HashMap::new(),
-            replaced: HashMap::new(),
-            storage_keys: HashMap::new(),
+            binds: HashMap::default(),
+            scatter_binds: HashMap::default(),
+            clone_reps: HashMap::default(),
+            replaced: HashMap::default(),
+            storage_keys: HashMap::default(),
             next_event: 1,
             edits: Vec::new(),
             new_nodes: 0,
@@ -651,8 +653,8 @@ impl<'g> Context<'g> {
     ) -> Option<BTreeMap<NodeId, (NodeId, bool)>> {
         let af = call.node;
         let mut chain: BTreeMap<NodeId, (NodeId, bool)> = BTreeMap::new();
-        let mut pending_of: HashMap<NodeId, Vec<usize>> = HashMap::new();
-        let mut exact_src: HashSet<NodeId> = HashSet::new();
+        let mut pending_of: HashMap<NodeId, Vec<usize>> = HashMap::default();
+        let mut exact_src: HashSet<NodeId> = HashSet::default();
         let arg_geom: Vec<(usize, Geometry)> = accepted
             .iter()
             .map(|&b| (b, self.geometry(call.buffers[b].node)))
