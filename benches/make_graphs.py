@@ -307,6 +307,7 @@ class Pattern:
         return len(self.gm.graph.nodes) - self.nodes_per_layer
 
 
+@functools.lru_cache(maxsize=8)
 def pattern(v2: bool, cfg: Config = Config()) -> Pattern:
     """Cuts the captured 1-layer graph into placeholders, prologue, one layer,
     epilogue and input write-backs, and finds what each layer passes on."""

@@ -20,6 +20,17 @@
 //!   result of a call whose buffer was cloned from a strided or offset view:
 //!   a plain `clone` did not keep the layout torch's `clone_preserve_strides`
 //!   gives the result.
+//!
+//! They still avoid two patterns on which the engine's plan is known to change
+//! the program's result (reported, not tested here):
+//! - without metadata, `as_strided` addressing (node or v2 view info) on a
+//!   result whose buffer was cloned from anything but a plain fresh tensor:
+//!   the engine cannot know the buffer's layout, its plain `clone` comes out
+//!   contiguous where torch's result keeps the view's strides and offset;
+//! - a `copy_` write-back whose source is a view of the input's own original
+//!   memory (`copy_(x, x)`, `copy_(x, x[0:4])`): the hazard scan skips
+//!   readers at the write-back, so a call on `x` is re-inplaced and the
+//!   write-back then copies the overwritten values.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};

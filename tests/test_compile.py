@@ -169,3 +169,68 @@ def test_float8_e8m0fnu_scale_buffers_are_rewritten(v2):
 
     r = compile_and_compare(f, torch.randn(4, 8), v2=v2).report
     assert r.reinplaced == 1
+
+
+torch.library.define("fxr_test::mk_out", "(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", tags=(torch.Tag.out,))
+
+
+@torch.library.impl("fxr_test::mk_out", "CompositeExplicitAutograd")
+def _mk_out(x, *, out):
+    out.copy_(x.sin())
+    return out
+
+
+@torch.library.register_fake("fxr_test::mk_out")
+def _mk_out_fake(x, *, out):
+    return out
+
+
+def test_out_tagged_operator_gets_a_fresh_buffer():
+    def f(x):
+        out = torch.empty_like(x)
+        y = torch.ops.fxr_test.mk_out(x, out=out)
+        return y * 2, out + 1
+
+    r = compile_and_compare(f, torch.randn(4, 8)).report
+    assert r.found == 1 and r.reinplaced == 1
+    assert r.decisions[0].rule == "out_buffers_v2"
+
+
+def test_list_form_of_the_custom_post_pass_and_compose():
+    seen = []
+
+    class Mine(torch._inductor.custom_graph_pass.CustomGraphPass):
+        def __call__(self, graph):
+            seen.append(fxrewrite.encode.count_auto_functionalized(graph))
+
+        def uuid(self):
+            return "mine-1"
+
+    def f(a, b):
+        out = torch.empty_like(a)
+        torch.ops.fxr_test.add_into(out, a, b)
+        return out * 2
+
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    ours = fxrewrite.Pass(strict=True)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(
+        {"post_grad_custom_post_pass": [Mine(), ours], "fx_graph_cache": False}
+    ):
+        torch.testing.assert_close(torch.compile(f)(a, b), f(a, b))
+    assert seen == [1] and ours.last_report is not None and ours.last_report.reinplaced == 1
+    composed = fxrewrite.compose(Mine(), ours)
+    assert composed.uuid() is not None and composed.uuid() != fxrewrite.compose(ours).uuid()
+    assert fxrewrite.compose(lambda g: None, ours).uuid() is None
+    torch._dynamo.reset()
+    with torch._inductor.config.patch({"post_grad_custom_post_pass": composed, "fx_graph_cache": False}):
+        torch.testing.assert_close(torch.compile(f)(a, b), f(a, b))
+    assert seen == [1, 1]
+
+
+def test_strict_mode_from_the_environment(monkeypatch):
+    monkeypatch.setenv("FXREWRITE_STRICT", "1")
+    assert fxrewrite.Pass()._strict() is True
+    assert fxrewrite.Pass().uuid() == fxrewrite.Pass(strict=True).uuid()
+    monkeypatch.setenv("FXREWRITE_STRICT", "0")
+    assert fxrewrite.Pass()._strict() is False
