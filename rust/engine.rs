@@ -473,7 +473,9 @@ impl<'g> Context<'g> {
             let pos = &self.pos;
             let this = &*self;
             for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
-                let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] >= c) && in_input_family;
+                // Readers after the write-back see the final value anyway; the
+                // write-back itself reads its source and counts.
+                let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] > c) && in_input_family;
                 if pos[r.idx()] > p
                     && r != af
                     && !excluded.contains(&r)
@@ -919,8 +921,52 @@ impl<'g> Context<'g> {
                 chains.push(c);
             }
         }
+        if let Some(reason) = self.layout_sensitive_clone(call, &clone) {
+            // Nothing is emitted for a node left alone: undo the moves.
+            for &m in &moved {
+                self.pos[m.idx()] = 2 * i64::from(m.0);
+            }
+            return Outcome::Left(reason);
+        }
         self.emit_mutation(call, rule, &clone, &moved, &chains);
         Outcome::Rewritten
+    }
+
+    /// A clone without layout metadata is a plain (dense) clone; that is only
+    /// right when nothing downstream addresses the clone's memory by stride
+    /// (`as_strided`). Returns the reason to leave the node alone otherwise.
+    fn layout_sensitive_clone(
+        &self,
+        call: &MutationCall,
+        clone: &[Option<CloneNote>],
+    ) -> Option<String> {
+        for (b, note) in clone.iter().enumerate() {
+            if note.is_none() || strided_layout(self.graph, call.buffers[b].node).is_some() {
+                continue;
+            }
+            let mut stack = self.result_nodes(call, b);
+            let mut seen = 0usize;
+            while let Some(v) = stack.pop() {
+                seen += 1;
+                if seen > 10_000 {
+                    break;
+                }
+                for &u in self.uses.users(v) {
+                    let strided = self.graph.target_of(u).name.starts_with("aten::as_strided");
+                    if strided {
+                        return Some(format!(
+                            "{} needs a layout-preserving clone, but it has no static size/stride metadata and `{}` addresses its memory by stride",
+                            call.buffers[b].label,
+                            self.graph.node(u).name
+                        ));
+                    }
+                    if crate::analysis::liveness::forwards_memory(&self.roles, u, v) {
+                        stack.push(u);
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// The getitem nodes of `call` that stand for buffer `b`'s new value.
