@@ -895,6 +895,17 @@ impl<'g> Context<'g> {
                 .unwrap_or_default();
             let written = self.written_geometries(call, &accepted);
             let hazards = self.hazards(root, af, &excluded, cut, written.as_deref());
+            if !hazards.is_empty() && cut.is_some() {
+                // Inductor (torch 2.15) computes a pure reader of a graph
+                // input lazily, after a fallback kernel has written that input
+                // in place, even when the reader comes first in the graph: a
+                // moved reader would see the new value. Clone instead.
+                let (r, _) = hazards[0];
+                for &b in &accepted {
+                    clone[b] = Some(self.reader_note(&call.buffers[b].label, r, bytes[b], "node"));
+                }
+                continue;
+            }
             if !hazards.is_empty() {
                 match self.plan_moves(&hazards, af) {
                     Ok(set) => {

@@ -7,7 +7,7 @@
 //! original graph with torch's functional semantics and the planned program
 //! with real in-place calls on shared memory (`interp`).
 //!
-//! The random graphs include the three patterns on which the engine once
+//! The random graphs include the five patterns on which the engine once
 //! made plans that changed the program's result (section 14 has a named
 //! regression test for each):
 //! - a graph input whose intermediate value is still read after the input's
@@ -19,18 +19,27 @@
 //! - `as_strided` addressing (v2 view info or an `as_strided` node) on the
 //!   result of a call whose buffer was cloned from a strided or offset view:
 //!   a plain `clone` did not keep the layout torch's `clone_preserve_strides`
-//!   gives the result.
-//!
-//! They still avoid two patterns on which the engine's plan is known to change
-//! the program's result (reported, not tested here):
-//! - without metadata, `as_strided` addressing (node or v2 view info) on a
-//!   result whose buffer was cloned from anything but a plain fresh tensor:
-//!   the engine cannot know the buffer's layout, its plain `clone` comes out
-//!   contiguous where torch's result keeps the view's strides and offset;
+//!   gives the result;
+//! - the same without metadata, by an `as_strided` node on the result (or a
+//!   view of it): the engine cannot know the buffer's layout, and its plain
+//!   `clone` came out contiguous; such a node is now left alone;
 //! - a `copy_` write-back whose source is a view of the input's own original
-//!   memory (`copy_(x, x)`, `copy_(x, x[0:4])`): the hazard scan skips
-//!   readers at the write-back, so a call on `x` is re-inplaced and the
-//!   write-back then copies the overwritten values.
+//!   memory (`copy_(x, x)`, `copy_(x, x[:, 0:8])`): the hazard scan skipped
+//!   the write-back as a reader, so a call on `x` was re-inplaced and the
+//!   write-back then copied the overwritten values.
+//!
+//! They still avoid two forms of the no-metadata pattern on which the
+//! engine's plan is known to change the program's result (reported, not
+//! tested here; `Gen::strided_info_ok` and `Gen::strided_node_ok`). In both a
+//! call's buffer, a strided or offset view without metadata, is cloned
+//! plainly (contiguous), and the result's layout is then used by stride
+//! further on, out of sight of the engine's check for a layout-preserving
+//! clone:
+//! - `as_strided` view info of a later v2 call on the result (or a view of
+//!   it): that call is left alone for want of metadata, but still addresses
+//!   its base by stride;
+//! - an `as_strided` node on the result of a later call that writes the
+//!   first call's result (re-inplaced into the plain clone).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -2151,6 +2160,172 @@ fn later_read_of_the_untouched_v_of_a_split_qkv_keeps_q_and_k_reinplaced() {
     }
 }
 
+/// A slice of an mm, written whole by a call (v1 `out=` or v2 base), with
+/// the mm returned, so the buffer must be cloned; no node has metadata. The
+/// call's result is then read through `tail`: an `as_strided` of it (or, with
+/// `through_slice`, of a slice of it), or a `mul` in its place.
+fn strided_clone_without_meta(v2: bool, through_slice: bool, strided: bool) -> (Graph, NodeId) {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let mm = b.call(&mm_op(), vec![n(a), n(m)]);
+    // Columns 2..8: strides [8, 1], offset 2.
+    let sl = b.call(
+        &slice_op(),
+        vec![n(mm), Value::Int(1), Value::Int(2), Value::Int(8)],
+    );
+    let af = if v2 {
+        rms_v2(&mut b, sl, a, w)
+    } else {
+        b.v1(&rms_op(), vec![("out", n(sl)), ("x", n(a)), ("w", n(w))])
+    };
+    let g1 = b.getitem(af, 1);
+    let src = if through_slice {
+        b.call(
+            &slice_op(),
+            vec![n(g1), Value::Int(0), Value::Int(1), Value::Int(4)],
+        )
+    } else {
+        g1
+    };
+    // Rows 1-2, columns 3-5 of the slice, in its storage.
+    let tail = if strided {
+        b.call(
+            &as_strided_op(),
+            vec![n(src), ints(&[2, 3]), ints(&[8, 1]), Value::Int(11)],
+        )
+    } else {
+        b.call(&mul_op(), vec![n(src), n(src)])
+    };
+    (b.output(&[tail, mm]), af)
+}
+
+/// Bug 4: without metadata, a buffer cloned from a strided, offset view (a
+/// slice) whose result is later addressed by `as_strided`. The engine can
+/// only make a plain (contiguous) clone, where torch's result keeps the
+/// slice's strides and offset, so the `as_strided` would read other
+/// elements: the node is left alone. Without the `as_strided` the same
+/// buffer is cloned as before.
+#[test]
+fn buffer_without_metadata_read_by_as_strided_is_not_cloned_plainly() {
+    for (v2, through_slice) in [(true, false), (false, false), (true, true), (false, true)] {
+        let what = format!("v2={v2} through_slice={through_slice}");
+        let (g, af) = strided_clone_without_meta(v2, through_slice, true);
+        let p = planned(&g);
+        assert_eq!(actions(&p), [Action::Left], "{what}\n{}", dump(&g, &p));
+        let d = &p.report.decisions[0];
+        let reason = d.reason.as_deref().unwrap();
+        assert!(
+            reason.contains("layout-preserving clone"),
+            "{what}: {reason}"
+        );
+        assert!(reason.contains("`as_strided`"), "{what}: {reason}");
+        assert!(d.clones.is_empty() && d.moved.is_empty(), "{what}");
+        assert!(!erased(&p, af), "{what}");
+        assert!(p.edits.is_empty(), "{what}: {:?}", p.edits);
+
+        // The same graph with a `mul` in place of the `as_strided`: cloned
+        // plainly, because the mm is returned.
+        let (plain, _) = strided_clone_without_meta(v2, through_slice, false);
+        let pp = planned(&plain);
+        assert_eq!(
+            actions(&pp),
+            [Action::Cloned],
+            "{what}\n{}",
+            dump(&plain, &pp)
+        );
+        assert_eq!(
+            pp.report.decisions[0].clones[0].reader.as_deref(),
+            Some("output"),
+            "{what}"
+        );
+        assert_eq!(inserted_atens(&pp), ["aten::clone.default"], "{what}");
+
+        // That plan is the one the engine used to make for the `as_strided`
+        // graph too (the nodes are numbered alike): the reference
+        // interpreter catches it.
+        check_structure(&g, &pp).unwrap();
+        let err = same_results(&g, &pp).unwrap_err();
+        assert!(err.contains("differs"), "{what}: {err}");
+    }
+}
+
+/// Bug 5: a `copy_` write-back whose source is the input's own original
+/// memory: a view of it taken before the call (`v = x[:, 0:8]`; the call
+/// writes x; `copy_(x, v)`), or x itself (`copy_(x, x)`). The write-back
+/// reads x's old value, so the call must not write x: its buffer is
+/// cloned, the reader named being the write-back itself (the new value is
+/// read before it only). x then keeps its old value and the write-back,
+/// a no-op, is removed.
+#[test]
+fn write_back_of_the_inputs_own_old_value_is_cloned() {
+    for through_view in [true, false] {
+        let mut b = B::new();
+        let x = b.input("x", Some(meta(&[4, 8])));
+        let y = b.input("y", Some(meta(&[4, 8])));
+        let w = b.input("w", Some(meta(&[8])));
+        let v = if through_view {
+            b.call_meta(
+                &slice_op(),
+                vec![n(x), Value::Int(1), Value::Int(0), Value::Int(8)],
+                Some(meta(&[4, 8])),
+            )
+        } else {
+            x
+        };
+        let af = rms_v2(&mut b, x, y, w);
+        let g1 = b.getitem(af, 1);
+        // The new value is used before the write-back only.
+        let r = b.call(&mul_op(), vec![n(g1), n(g1)]);
+        let copy = b.call(&copy_op(), vec![n(x), n(v)]);
+        let g = b.output(&[r]);
+        let p = planned(&g);
+        let what = format!("through_view={through_view}\n{}", dump(&g, &p));
+        assert_eq!(actions(&p), [Action::Cloned], "{what}");
+        let d = &p.report.decisions[0];
+        assert!(d.moved.is_empty(), "{what}");
+        let note = &d.clones[0];
+        assert_eq!(note.arg, "_all_bases[0]", "{what}");
+        assert_eq!(note.reader.as_deref(), Some("copy"), "{what}");
+        assert_eq!(note.bytes, Some(4 * 8 * 4), "{what}");
+        assert_eq!(inserted_atens(&p), ["aten::clone.default"], "{what}");
+        let calls = inserted_calls(&p);
+        assert_eq!(calls.len(), 1, "{what}");
+        assert_eq!(
+            calls[0].1[0],
+            PlanArg::Ref(ValueRef::New(NewId(0))),
+            "{what}"
+        );
+        assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(NewId(0))));
+        assert!(
+            note.reason.contains("reads the old value"),
+            "{}",
+            note.reason
+        );
+        // x keeps its old value, so the write-back is a no-op: removed.
+        assert!(erased(&p, copy), "{what}");
+        assert_eq!(p.report.writebacks_removed, 1, "{what}");
+
+        // A plan whose call writes x itself (as the engine's used to, the
+        // write-back then copying the overwritten x) is caught.
+        let mut bad = p.clone();
+        for e in &mut bad.edits {
+            if let Edit::Insert {
+                id: NewId(0),
+                callee,
+                ..
+            } = e
+            {
+                *callee = Callee::Aten("aten::alias.default");
+            }
+        }
+        check_structure(&g, &bad).unwrap();
+        let err = same_results(&g, &bad).unwrap_err();
+        assert!(err.contains("differs"), "{what}: {err}");
+    }
+}
+
 // ----- 15: random graphs -------------------------------------------------------------
 
 mod random {
@@ -2237,6 +2412,11 @@ mod random {
         cut: Option<(NodeId, Cut)>,
         /// The graph input whose memory (or a version of it) this is.
         root: Option<NodeId>,
+        /// How this tensor's layout came from a call's result (itself or a
+        /// view of it): 0 not at all, 1 a result of a call that wrote a
+        /// strided or offset tensor, 2 a result of a call that wrote such a
+        /// result (or a view of one). See `strided_info_ok`.
+        restamp: u8,
     }
 
     fn contiguous(size: &[i64]) -> Vec<i64> {
@@ -2285,24 +2465,26 @@ mod random {
                 offset: 0,
                 cut: None,
                 root: None,
+                restamp: 0,
             });
         }
 
-        /// The top of `t`'s chain of views.
-        fn top(&self, t: &T) -> NodeId {
-            match t.cut {
-                Some((base, _)) => self.top(&self.t_of(base)),
-                None => t.id,
-            }
+        /// Whether `as_strided` view info (v2) on `t` is generated. Without
+        /// metadata, not on a tensor whose layout came from a call's result
+        /// on a strided or offset tensor: a call left alone with such view
+        /// info addresses its base by stride, and the engine does not count
+        /// that as needing a layout-preserving clone of the earlier call's
+        /// buffer (see the file notes).
+        fn strided_info_ok(&self, t: &T) -> bool {
+            self.with_meta || t.restamp == 0
         }
 
-        /// Whether `as_strided` addressing of `t` is generated. Without
-        /// metadata, only of plain fresh tensors: the engine cannot know the
-        /// layout of a buffer it clones, so a result cloned from a strided
-        /// view comes out contiguous and absolute addressing on it reads other
-        /// elements (see the file notes).
-        fn strided_ok(&self, _t: &T) -> bool {
-            true
+        /// Whether an `as_strided` node on `t` is generated. Without
+        /// metadata, not two calls away from a strided or offset buffer: the
+        /// engine's check for a layout-preserving clone does not follow the
+        /// result through a later call that writes it (see the file notes).
+        fn strided_node_ok(&self, t: &T) -> bool {
+            self.with_meta || t.restamp < 2
         }
 
         fn plain_fresh(&self, id: NodeId) -> bool {
@@ -2334,9 +2516,16 @@ mod random {
         /// A tensor `id` with the layout of `like` (a v2 base clone).
         fn like(&mut self, id: NodeId, like: &T) {
             self.set_meta(id, &like.size, &like.stride, like.offset);
+            let dense = like.offset == 0 && like.stride == contiguous(&like.size);
+            let restamp = match like.restamp {
+                0 if dense => 0,
+                0 => 1,
+                _ => 2,
+            };
             self.ts.push(T {
                 id,
                 cut: None,
+                restamp,
                 ..like.clone()
             });
             self.version(like);
@@ -2373,6 +2562,7 @@ mod random {
                 offset,
                 cut: Some((src.id, cut)),
                 root: src.root,
+                restamp: src.restamp,
             });
         }
 
@@ -2531,7 +2721,7 @@ mod random {
                         ]),
                         // as_strided view info inside the base's layout, of
                         // any base (strided, offset, an earlier call's result).
-                        3 if self.strided_ok(&base) => {
+                        3 if self.strided_info_ok(&base) => {
                             if let Some((size, stride, offset)) = Self::strided_sub(&base, view / 5)
                             {
                                 kwargs.extend([
@@ -2681,7 +2871,7 @@ mod random {
                 Step::AsStrided(a, o) => {
                     // Inside the source's layout, of any source.
                     let src = self.pick(a);
-                    if !self.strided_ok(&src) {
+                    if !self.strided_node_ok(&src) {
                         return;
                     }
                     let Some(layout) = Self::strided_sub(&src, o) else {

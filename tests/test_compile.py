@@ -234,3 +234,17 @@ def test_strict_mode_from_the_environment(monkeypatch):
     assert fxrewrite.Pass().uuid() == fxrewrite.Pass(strict=True).uuid()
     monkeypatch.setenv("FXREWRITE_STRICT", "0")
     assert fxrewrite.Pass()._strict() is False
+
+
+def test_reader_of_a_graph_input_is_not_moved_before_its_mutation(v2):
+    # Found by the random-program suite: moving `x.clone().t()` ahead of the
+    # in-place write of the input x is a correct FX graph, but Inductor
+    # (torch 2.15) computes the moved reader lazily after the write. For graph
+    # inputs the pass clones instead of moving.
+    def f(x):
+        v = x.clone().transpose(0, 1)
+        torch.ops.fxr_test.scale_(x, 2.0)
+        return v + 1
+
+    r = compile_and_compare(f, torch.randn(4, 8), v2=v2).report
+    assert r.moved == 0 and len(r.clones) == 1

@@ -30,16 +30,16 @@ from .report import CloneNote, Decision, Report
 
 if TYPE_CHECKING:
     from .fxir import load, save
-    from .pass_ import ComposedPass, Pass, compose, pass_
+    from .inductor_pass import ComposedPass, Pass, compose, pass_
     from .pipeline import rewrite
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ComposedPass": "pass_",
-    "Pass": "pass_",
-    "compose": "pass_",
-    "pass_": "pass_",
+    "ComposedPass": "inductor_pass",
+    "Pass": "inductor_pass",
+    "compose": "inductor_pass",
+    "pass_": "inductor_pass",
     "rewrite": "pipeline",
     "save": "fxir",
     "load": "fxir",

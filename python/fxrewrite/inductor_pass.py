@@ -1,4 +1,5 @@
-"""The Inductor custom pass: ``torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_``.
+"""The Inductor custom pass (``fxrewrite.pass_``; the module is not named ``pass_``
+so that importing it can never shadow the pass object on the package): ``torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_``.
 
 The pass runs after Inductor's post-grad pattern passes and before its own
 ``reinplace_inplaceable_ops`` / ``decompose_auto_functionalized``, which then
