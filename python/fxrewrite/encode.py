@@ -150,7 +150,9 @@ def _meta(val: Any) -> tuple[Any, ...] | None:
         return None
 
 
-def encode(graph: torch.fx.Graph, *, with_sources: bool = False, with_meta: bool = True) -> Encoded:
+def encode(
+    graph: torch.fx.Graph, *, with_sources: bool = False, with_meta: bool = True, meta_mode: str = "all"
+) -> Encoded:
     """Encodes ``graph`` in one pass. ``with_sources`` keeps each node's user
     source line (for saved graphs); the pass leaves it off and looks sources
     up only for the nodes a report names."""
@@ -217,23 +219,49 @@ def encode(graph: torch.fx.Graph, *, with_sources: bool = False, with_meta: bool
             return v
         return (_T_OPAQUE, repr(v))
 
+    # Tensor metadata is slow to read off fake tensors (tens of microseconds a
+    # node), so ``meta="operands"`` reads it only for the nodes the engine
+    # consults it on: operands of views, scatters, write-backs and
+    # auto_functionalized nodes. Saved graphs keep all of it.
+    all_meta = with_meta and meta_mode == "all"
+    some_meta = with_meta and meta_mode == "operands"
+    wants: list[bool] = []  # per target: do its nodes' operands need metadata?
+    needed: list[int] = []
     for i, n in enumerate(graph.nodes):
         index[n] = i
         fx_nodes.append(n)
         op = n.op
         meta = n.meta
+        tid = intern(n.target, op)
+        if some_meta and op == "call_function":
+            while len(wants) <= tid:
+                wants.append(_operands_need_meta(target_objs[len(wants)]))
+            if wants[tid]:
+                needed.extend(index[a] for a in n.all_input_nodes)
         nodes_out.append(
             (
                 OPCODES[op],
                 n.name,
-                intern(n.target, op),
+                tid,
                 tuple(value(a) for a in n.args),
                 tuple((k, value(v)) for k, v in n.kwargs.items()),
-                _meta(meta.get("val")) if with_meta else None,
+                _meta(meta.get("val")) if all_meta else None,
                 _source_line(meta.get("stack_trace")) if with_sources else None,
             )
         )
+    for i in set(needed):
+        t = nodes_out[i]
+        nodes_out[i] = (*t[:5], _meta(fx_nodes[i].meta.get("val")), t[6])
     return Encoded((targets, nodes_out), fx_nodes, target_objs)
+
+
+def _operands_need_meta(target: Any) -> bool:
+    if target in (auto_functionalized, auto_functionalized_v2):
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    s = target._schema
+    return s.name.endswith("_scatter") or any(a.alias_info is not None for a in s.arguments)
 
 
 def is_auto_functionalized(node: torch.fx.Node) -> bool:

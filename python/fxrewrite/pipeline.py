@@ -41,7 +41,7 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
     if not any(is_auto_functionalized(n) for n in graph.nodes):
         return Report(nodes=len(graph.nodes), timings={"total": time.perf_counter() - t0})
     try:
-        enc = encode(graph)
+        enc = encode(graph, meta_mode="operands")
         t1 = time.perf_counter()
         native = _core.Graph.from_parts(*enc.parts)
         plan = json.loads(native.plan_json())
