@@ -1440,7 +1440,21 @@ impl<'g> Context<'g> {
     fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
         let (rd, rs) = (self.find(dst), self.find(src));
         if rd == rs {
-            let same_geometry = self.geometry(src) == self.geometry(dst);
+            // The same elements, proven by the view chain or, for views the
+            // engine does not model (reshape round trips, transposes), by
+            // identical static layouts in the same memory.
+            let same_layout = match (
+                strided_layout(self.graph, src),
+                strided_layout(self.graph, dst),
+            ) {
+                (Some(a), Some(b)) => {
+                    // Views of one root node (view and re-inplacing links only,
+                    // never a may-alias union) with identical layouts.
+                    a == b && self.geometry(src).root == self.geometry(dst).root
+                }
+                _ => false,
+            };
+            let same_geometry = same_layout || self.geometry(src) == self.geometry(dst);
             if same_geometry && self.ver[src.idx()] == self.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
                     self.replace(copy, ValueRef::Old(dst));
