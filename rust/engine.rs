@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::analysis::alias::{classify, Geometry, Role, ViewStep};
-use crate::analysis::liveness::{for_each_reader, last_reads};
+use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
 use crate::ir::validate::validate;
@@ -63,8 +63,9 @@ enum Link {
 enum Bind {
     /// The memory of `node`, at version `event`, with its geometry.
     Buffer { node: NodeId, event: u32 },
-    /// A clone made by the plan; results bound to the same clone share memory.
-    Clone { key: (NodeId, usize) },
+    /// A clone made by the plan of buffer `of`, with its layout; results
+    /// bound to the same clone share memory.
+    Clone { key: (NodeId, usize), of: NodeId },
     /// A view of `node`'s memory at version `event` with unknown geometry.
     Alias { node: NodeId, event: u32 },
     /// A fresh tensor.
@@ -94,13 +95,16 @@ pub struct Context<'g> {
     binds: HashMap<NodeId, Vec<Bind>>,
     scatter_binds: HashMap<NodeId, (NodeId, u32)>,
     clone_reps: HashMap<(NodeId, usize), NodeId>,
+    /// Results bound to a clone, and the buffer whose layout the clone has.
+    same_layout: HashMap<NodeId, NodeId>,
     replaced: HashMap<NodeId, ValueRef>,
     storage_keys: HashMap<u64, NodeId>,
-    stride_addressing: bool,
     next_event: u32,
     edits: Vec<Edit>,
     new_nodes: u32,
     report: Report,
+    /// Every buffer re-inplaced, with the position of the call writing it.
+    writes: Vec<(NodeId, i64)>,
 }
 
 /// Plans the rewrite of every auto_functionalized node of `graph`.
@@ -112,6 +116,7 @@ pub fn plan(graph: &Graph) -> Result<Plan> {
     validate(graph)?;
     let mut cx = Context::new(graph);
     cx.run();
+    cx.realize_early_readers();
     Ok(cx.finish())
 }
 
@@ -159,15 +164,11 @@ impl<'g> Context<'g> {
             binds: HashMap::default(),
             scatter_binds: HashMap::default(),
             clone_reps: HashMap::default(),
+            same_layout: HashMap::default(),
             replaced: HashMap::default(),
             storage_keys: HashMap::default(),
-            stride_addressing: graph.nodes.iter().any(|n| {
-                graph.targets[n.target.idx()]
-                    .name
-                    .starts_with("aten::as_strided")
-                    || n.kwargs.iter().any(|(k, _)| k.ends_with("_storage_offset"))
-            }),
             next_event: 1,
+            writes: Vec::new(),
             edits: Vec::new(),
             new_nodes: 0,
             report: Report {
@@ -246,6 +247,21 @@ impl<'g> Context<'g> {
             Link::Same(m) => *m,
             _ => n,
         }
+    }
+
+    /// The node whose metadata gives `n`'s layout: `n` itself, or when it
+    /// has none, the node it is the same memory and geometry as (a result
+    /// bound to its buffer).
+    fn layout_source(&self, n: NodeId) -> NodeId {
+        let mut cur = n;
+        while self.graph.node(cur).meta.is_none() {
+            match (self.link[cur.idx()].clone(), self.same_layout.get(&cur)) {
+                (Link::Same(m), _) if m != cur => cur = m,
+                (_, Some(&m)) if m != cur => cur = m,
+                _ => break,
+            }
+        }
+        cur
     }
 
     fn resolve(&self, n: NodeId) -> ValueRef {
@@ -359,16 +375,10 @@ impl<'g> Context<'g> {
                 self.union(id, node);
                 self.ver[i] = event;
             }
-            Some(Bind::Clone { key }) => match self.clone_reps.get(&key).copied() {
-                Some(rep) => {
-                    self.union(id, rep);
-                    self.link[i] = Link::Same(self.same_target(rep));
-                }
-                None => {
-                    self.clone_reps.insert(key, id);
-                    self.link[i] = Link::Root;
-                }
-            },
+            Some(Bind::Clone { key, of }) => {
+                self.same_layout.insert(id, of);
+                self.bind_clone(id, key);
+            }
             Some(Bind::Tensor) => {
                 self.union(id, af);
                 let r = self.find(id);
@@ -376,6 +386,19 @@ impl<'g> Context<'g> {
                 self.link[i] = Link::Root;
             }
             Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
+        }
+    }
+
+    fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
+        match self.clone_reps.get(&key).copied() {
+            Some(rep) => {
+                self.union(id, rep);
+                self.link[id.idx()] = Link::Same(self.same_target(rep));
+            }
+            None => {
+                self.clone_reps.insert(key, id);
+                self.link[id.idx()] = Link::Root;
+            }
         }
     }
 
@@ -939,7 +962,7 @@ impl<'g> Context<'g> {
                 chains.push(c);
             }
         }
-        if let Some(reason) = self.layout_sensitive_clone(call, &clone) {
+        if let Some(reason) = self.unclonable(call, &clone) {
             // Nothing is emitted for a node left alone: undo the moves.
             for &m in &moved {
                 self.pos[m.idx()] = 2 * i64::from(m.0);
@@ -950,30 +973,19 @@ impl<'g> Context<'g> {
         Outcome::Rewritten
     }
 
-    /// A clone without layout metadata is a plain (dense) clone; that is only
-    /// right when nothing downstream addresses the clone's memory by stride
-    /// (`as_strided`). Returns the reason to leave the node alone otherwise.
-    fn layout_sensitive_clone(
-        &self,
-        call: &MutationCall,
-        clone: &[Option<CloneNote>],
-    ) -> Option<String> {
-        // Tracking where a clone's memory is later addressed by stride (its
-        // views, later calls writing it, their view info) is not worth the
-        // risk: graphs from a compile always carry metadata, so without it
-        // and with any stride addressing in the graph, leave the node.
-        if !self.stride_addressing {
-            return None;
-        }
-        for (b, note) in clone.iter().enumerate() {
-            if note.is_some() && strided_layout(self.graph, call.buffers[b].node).is_none() {
-                return Some(format!(
-                    "{} needs a layout-preserving clone, but it has no static size/stride metadata and the graph addresses memory by stride (`as_strided`)",
+    /// The reason a buffer that must be cloned cannot be, if any: a clone
+    /// must reproduce the exact layout of the value it stands for, which
+    /// needs at least the buffer's rank and a static storage offset.
+    fn unclonable(&self, call: &MutationCall, clone: &[Option<CloneNote>]) -> Option<String> {
+        clone.iter().enumerate().find_map(|(b, note)| {
+            let why = clone_layout(self.graph, self.layout_source(call.buffers[b].node)).err()?;
+            note.as_ref().map(|_| {
+                format!(
+                    "{} needs a clone with its exact layout, but {why}",
                     call.buffers[b].label
-                ));
-            }
-        }
-        None
+                )
+            })
+        })
     }
 
     /// The getitem nodes of `call` that stand for buffer `b`'s new value.
@@ -1034,21 +1046,127 @@ impl<'g> Context<'g> {
                 Some(_) => {}
             }
         }
-        for (bi, b) in call.buffers.iter().enumerate() {
-            let as_strided = call
-                .written
-                .iter()
-                .any(|w| w.buffer == bi && matches!(w.view, ViewOfBuffer::AsStrided { .. }));
-            if as_strided && strided_layout(self.graph, b.node).is_none() {
-                // Needed only if the base ends up cloned, but deciding that
-                // first would leave a half-planned node: require it up front.
-                return Err(format!(
-                    "written as_strided view of {} whose base has no static size/stride metadata",
-                    b.label
-                ));
-            }
-        }
         Ok(())
+    }
+
+    /// Emits a copy of `base` (the value of `node`) with exactly its size,
+    /// stride and storage offset, as torch's `clone_preserve_strides` does:
+    /// the storage is copied as a flat 1-d buffer and viewed back with the
+    /// original layout. A plain `clone` is not enough: Inductor picks the
+    /// clone's strides itself (any stride for a size-1 dimension), and real
+    /// kernels read raw strides. Symbolic sizes and strides are read at run
+    /// time with `sym_size` / `sym_stride`. The caller has checked
+    /// [`clone_layout`].
+    fn exact_clone(&mut self, af: NodeId, base: ValueRef, node: NodeId) -> NewId {
+        let (size, stride, offset, needed) =
+            match clone_layout(self.graph, self.layout_source(node)) {
+                Ok(CloneLayout::Static {
+                    size,
+                    stride,
+                    offset,
+                }) => {
+                    let needed = required_storage(&size, &stride, offset);
+                    (
+                        PlanArg::IntList(size),
+                        PlanArg::IntList(stride),
+                        PlanArg::Int(offset),
+                        PlanArg::Int(needed),
+                    )
+                }
+                Ok(CloneLayout::Symbolic { rank, offset }) => {
+                    self.symbolic_layout(af, base, rank, offset)
+                }
+                // Unreachable after `unclonable`; a plain clone keeps the values.
+                Err(_) => {
+                    return self.insert(
+                        af,
+                        Callee::Aten("aten::clone.default"),
+                        vec![PlanArg::Ref(base)],
+                        vec![],
+                        MetaSource::Compute,
+                    )
+                }
+            };
+        let flat = self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![
+                PlanArg::Ref(base),
+                match needed {
+                    PlanArg::Int(n) => PlanArg::IntList(vec![n]),
+                    symbolic => PlanArg::List(vec![symbolic]),
+                },
+                PlanArg::IntList(vec![1]),
+                PlanArg::Int(0),
+            ],
+            vec![],
+            MetaSource::Compute,
+        );
+        let copy = self.insert(
+            af,
+            Callee::Aten("aten::clone.default"),
+            vec![PlanArg::Ref(ValueRef::New(flat))],
+            vec![],
+            MetaSource::Compute,
+        );
+        self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
+            vec![],
+            MetaSource::Compute,
+        )
+    }
+
+    /// Sizes, strides, storage offset and required storage length of `base`
+    /// as run-time values: `sym_size` / `sym_stride` per dimension and the
+    /// `offset + 1 + sum((size - 1) * stride)` of
+    /// `torch._prims_common.compute_required_storage_length`. Symbolic
+    /// dimensions are at least 2 under Inductor's shape environment, so the
+    /// zero-size case of that function cannot arise for them.
+    fn symbolic_layout(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        rank: u32,
+        offset: i64,
+    ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
+        let mut sizes = Vec::new();
+        let mut strides = Vec::new();
+        let mut needed = PlanArg::Int(offset + 1);
+        for d in 0..i64::from(rank) {
+            let query = |cx: &mut Self, op: &'static str| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Aten(op),
+                    vec![PlanArg::Ref(base), PlanArg::Int(d)],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let size = query(self, "aten::sym_size.int");
+            let stride = query(self, "aten::sym_stride.int");
+            let arith = |cx: &mut Self, op: &'static str, a: PlanArg, b: PlanArg| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Operator(op),
+                    vec![a, b],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let last = arith(self, "sub", size.clone(), PlanArg::Int(1));
+            let extent = arith(self, "mul", last, stride.clone());
+            needed = arith(self, "add", needed, extent);
+            sizes.push(size);
+            strides.push(stride);
+        }
+        (
+            PlanArg::List(sizes),
+            PlanArg::List(strides),
+            PlanArg::Int(offset),
+            needed,
+        )
     }
 
     fn emit_mutation(
@@ -1076,53 +1194,7 @@ impl<'g> Context<'g> {
                 buf_val.push(base);
                 continue;
             }
-            // Like torch's clone_preserve_strides: a plain clone of a strided
-            // or offset buffer changes its layout, and views regenerated on
-            // it (as_strided view info, now or in a later call) would then
-            // address the wrong elements.
-            let v = match strided_layout(self.graph, b.node) {
-                Some((size, stride, offset)) if !plain_contiguous(&size, &stride, offset) => {
-                    let needed = required_storage(&size, &stride, offset);
-                    let flat = self.insert(
-                        af,
-                        Callee::Aten("aten::as_strided.default"),
-                        vec![
-                            PlanArg::Ref(base),
-                            PlanArg::IntList(vec![needed]),
-                            PlanArg::IntList(vec![1]),
-                            PlanArg::Int(0),
-                        ],
-                        vec![],
-                        MetaSource::Compute,
-                    );
-                    let copy = self.insert(
-                        af,
-                        Callee::Aten("aten::clone.default"),
-                        vec![PlanArg::Ref(ValueRef::New(flat))],
-                        vec![],
-                        MetaSource::Compute,
-                    );
-                    self.insert(
-                        af,
-                        Callee::Aten("aten::as_strided.default"),
-                        vec![
-                            PlanArg::Ref(ValueRef::New(copy)),
-                            PlanArg::IntList(size),
-                            PlanArg::IntList(stride),
-                            PlanArg::Int(offset),
-                        ],
-                        vec![],
-                        MetaSource::Compute,
-                    )
-                }
-                _ => self.insert(
-                    af,
-                    Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(base)],
-                    vec![],
-                    MetaSource::Compute,
-                ),
-            };
+            let v = self.exact_clone(af, base, b.node);
             buf_val.push(ValueRef::New(v));
         }
         // Written arguments, regenerated on their buffers.
@@ -1207,7 +1279,10 @@ impl<'g> Context<'g> {
                     event,
                 }
             } else {
-                Bind::Clone { key: (af, bi) }
+                Bind::Clone {
+                    key: (af, bi),
+                    of: call.buffers[bi].node,
+                }
             }
         };
         for slot in &call.results {
@@ -1297,6 +1372,12 @@ impl<'g> Context<'g> {
         }
         for r in touched {
             self.latest[r] = event;
+        }
+        let p = self.pos[af.idx()];
+        for (bi, b) in call.buffers.iter().enumerate() {
+            if clone[bi].is_none() {
+                self.writes.push((b.node, p));
+            }
         }
         let node = self.graph.node(af);
         let clones: Vec<CloneNote> = clone.iter().flatten().cloned().collect();
@@ -1492,6 +1573,80 @@ impl<'g> Context<'g> {
         self.ver[copy.idx()] = e;
     }
 
+    /// Marks every node that reads memory an in-place call later writes,
+    /// and stands before that call, to be computed where it stands.
+    ///
+    /// Why: the rewritten graph is right in FX order, but Inductor computes
+    /// a pointwise or reduction node lazily, inside the kernel of whichever
+    /// user first needs it in a buffer. When that user comes after the
+    /// in-place call, the node reads the new value. Inductor does realize the
+    /// pending readers of a buffer when a fallback kernel mutates it
+    /// (`GraphLowering.mark_buffer_mutated`), but only after the kernel has
+    /// registered its own operation (`ExternKernelAlloc.__init__` runs before
+    /// `MutationOutput`), so the scheduler orders those readers after the
+    /// write. A node realized at its own lowering is registered before the
+    /// call, and the call then carries a dependency on it (the scheduler's
+    /// write-after-read edge), which no fusion or reordering may break.
+    ///
+    /// The rule covers moved readers and readers that were already before
+    /// the call alike. Readers are taken through views (a view is not
+    /// computed; its readers are). Realizing a node that Inductor computes
+    /// in a buffer anyway (an extern kernel, a graph output) costs nothing.
+    /// Storage classes at the end of the walk are the coarsest, so the set
+    /// is a superset of what is needed, never a subset.
+    fn realize_early_readers(&mut self) {
+        if self.writes.is_empty() {
+            return;
+        }
+        let mut last_write: HashMap<usize, i64> = HashMap::default();
+        for (b, p) in std::mem::take(&mut self.writes) {
+            let r = self.find(b);
+            let e = last_write.entry(r).or_insert(p);
+            *e = (*e).max(p);
+        }
+        let mut gone: HashSet<NodeId> = HashSet::default();
+        for e in &self.edits {
+            if let Edit::Erase { node } = e {
+                gone.insert(*node);
+            }
+        }
+        let mut marked: BTreeSet<NodeId> = BTreeSet::new();
+        for i in 0..self.graph.len() {
+            let id = nid(i);
+            if gone.contains(&id) || !self.computed_by_inductor(id) {
+                continue;
+            }
+            let mut operands = Vec::new();
+            self.graph.node(id).for_each_operand(|o| operands.push(o));
+            let p = self.pos[i];
+            let early = operands.into_iter().any(|o| {
+                reads(&self.roles, id, o) && last_write.get(&self.find(o)).is_some_and(|&w| w > p)
+            });
+            if early {
+                marked.insert(id);
+                // A tuple-returning reader (`var_mean`) is realized through
+                // its getitems: Inductor only realizes single tensors.
+                for &u in self.uses.users(id) {
+                    if self.graph.target_of(u).kind == TargetKind::Getitem && !gone.contains(&u) {
+                        marked.insert(u);
+                    }
+                }
+            }
+        }
+        self.report.realized = marked.len();
+        self.edits
+            .extend(marked.into_iter().map(|node| Edit::Realize { node }));
+    }
+
+    /// True for a node Inductor lowers to a computation of its own (not a
+    /// view, a metadata query, a mutation or a higher-order operator).
+    fn computed_by_inductor(&self, n: NodeId) -> bool {
+        let node = self.graph.node(n);
+        node.op == OpCode::CallFunction
+            && self.graph.target_of(n).kind == TargetKind::Operator
+            && matches!(self.roles[n.idx()], Role::Fresh | Role::Scatter { .. })
+    }
+
     fn finish(self) -> Plan {
         Plan {
             edits: self.edits,
@@ -1545,20 +1700,37 @@ fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)>
     Some((m.shape.clone()?, m.stride.clone()?, m.storage_offset?))
 }
 
-/// True when a tensor of this layout is dense, row-major and at offset 0: a
-/// plain clone reproduces its layout exactly.
-fn plain_contiguous(size: &[i64], stride: &[i64], offset: i64) -> bool {
-    if offset != 0 || size.len() != stride.len() {
-        return false;
-    }
-    let mut expected = 1i64;
-    for (&s, &st) in size.iter().zip(stride).rev() {
-        if s != 1 && st != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(s.max(1));
-    }
-    true
+/// The layout a clone of a node must reproduce.
+enum CloneLayout {
+    /// Every size and stride and the storage offset are known numbers.
+    Static {
+        size: Vec<i64>,
+        stride: Vec<i64>,
+        offset: i64,
+    },
+    /// Sizes or strides are symbolic: read them at run time.
+    Symbolic { rank: u32, offset: i64 },
+}
+
+/// How a clone of `n` gets its exact layout, or why it cannot.
+fn clone_layout(graph: &Graph, n: NodeId) -> std::result::Result<CloneLayout, &'static str> {
+    let Some(m) = graph.node(n).meta.as_ref() else {
+        return Err("the graph carries no tensor metadata for it");
+    };
+    let Some(offset) = m.storage_offset else {
+        return Err("its storage offset is symbolic");
+    };
+    Ok(match (&m.shape, &m.stride) {
+        (Some(size), Some(stride)) => CloneLayout::Static {
+            size: size.clone(),
+            stride: stride.clone(),
+            offset,
+        },
+        _ => CloneLayout::Symbolic {
+            rank: m.rank,
+            offset,
+        },
+    })
 }
 
 /// Elements a strided tensor needs from its storage, as

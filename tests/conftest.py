@@ -105,9 +105,12 @@ class Compiled:
     report: fxrewrite.Report
 
 
-def compile_and_compare(fn: Callable[..., Any], *inputs: Any, v2: bool = True) -> Compiled:
+def compile_and_compare(
+    fn: Callable[..., Any], *inputs: Any, v2: bool = True, dynamic: bool | None = None
+) -> Compiled:
     """Compiles ``fn`` with fxrewrite (strict) and checks outputs and input
-    mutations against eager. Returns the captured graphs and the report."""
+    mutations against eager. Returns the captured graphs and the report.
+    ``dynamic`` is passed to ``torch.compile`` (True: symbolic sizes)."""
     eager_in = _clone_all(inputs)
     expected = fn(*eager_in)
     cap = Capture()
@@ -116,7 +119,7 @@ def compile_and_compare(fn: Callable[..., Any], *inputs: Any, v2: bool = True) -
     with inductor_config.patch(
         {"post_grad_custom_post_pass": cap, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
     ):
-        got = torch.compile(fn, fullgraph=True)(*comp_in)
+        got = torch.compile(fn, fullgraph=True, dynamic=dynamic)(*comp_in)
     _assert_same(got, expected)
     _assert_same(comp_in, eager_in)
     assert cap.reports, "the pass never ran"

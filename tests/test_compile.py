@@ -3,6 +3,7 @@ mutations against eager, the rewritten graph, and the clones kept."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import fxrewrite
@@ -248,3 +249,58 @@ def test_reader_of_a_graph_input_is_not_moved_before_its_mutation(v2):
 
     r = compile_and_compare(f, torch.randn(4, 8), v2=v2).report
     assert r.moved == 0 and len(r.clones) == 1
+
+
+# Readers of an old value that the pass moves ahead of the mutation, each with
+# later users of several kinds. Inductor computes a pointwise or reduction node
+# lazily inside its first user's kernel; without the pass marking the moved
+# reader to be computed where it stands, every one of these read the new value.
+_OLD_VALUE_READERS = {
+    "pointwise": lambda x: x + 0.5,
+    "reduction": lambda x: x.sum(0),
+    "transpose copy": lambda x: x.t().contiguous(),
+    "dtype cast": lambda x: x.to(torch.float64),
+    "reshape copy": lambda x: x.t().reshape(-1),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(_OLD_VALUE_READERS))
+def test_moved_reader_is_computed_before_the_mutation(v2, reader):
+    read = _OLD_VALUE_READERS[reader]
+
+    def f(a):
+        x = a * 2
+        r = read(x)
+        torch.ops.fxr_test.scale_(x, 3.0)
+        rf = r.float()
+        return r.view(-1), rf + 1, torch.stack([rf, rf]), rf[:1], x
+
+    c = compile_and_compare(f, torch.randn(4, 8), v2=v2)
+    assert c.report.moved >= 1 and c.report.clones == []
+    assert c.report.realized >= 1
+
+
+@torch.library.custom_op("fxr_test::strided_scale_", mutates_args=("x",))
+def strided_scale_(x: torch.Tensor, stride: list[int], offset: int) -> None:
+    # Like a real kernel, it addresses memory by the strides it receives, so
+    # it insists on the layout eager passes (size-1 dimension included).
+    assert list(x.stride()) == stride and x.storage_offset() == offset, (x.stride(), x.storage_offset())
+    x.mul_(2)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_clone_keeps_the_exact_layout_of_a_size_one_view(v2, dynamic):
+    # The MLA `k_pe` shape: [T, 1, 64] cut from a wider buffer. The old value
+    # of the buffer is returned, so the pass clones it; the kernel then must
+    # see eager's strides (80, 64, 1) and offset 16 on the clone.
+    def f(a):
+        kv = a * 1.5
+        snap = kv.clone()  # removed by Inductor: snap is kv's old value
+        k_pe = kv[:, 16:].unsqueeze(1)
+        torch.ops.fxr_test.strided_scale_(k_pe, [80, 64, 1], 16)
+        return kv, snap
+
+    inputs = [torch.randn(5, 80), torch.randn(7, 80)]
+    for a in inputs[: 2 if dynamic else 1]:
+        c = compile_and_compare(f, a, v2=v2, dynamic=dynamic)
+        assert len(c.report.clones) == 1 and not c.report.left

@@ -18,6 +18,13 @@ import torch.fx
 from ._core import InternalError
 from .encode import Encoded
 
+#: The node meta key that makes Inductor compute a node in a buffer of its own
+#: at its place in the graph (``GraphLowering.run_node`` realizes it there),
+#: instead of lazily inside a later user's kernel. ``Realize`` edits set it.
+REALIZE_KEY = "inductor_realize_to_strides"
+
+_OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
 
 def _aten(qualname: str) -> Any:
     ns_name, overload = qualname.split(".", 1)
@@ -121,6 +128,8 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
             callee = body["callee"]
             if callee == "Getitem":
                 p.callee = operator.getitem
+            elif "Operator" in callee:
+                p.callee = _OPERATORS[callee["Operator"]]
             elif "Target" in callee:
                 p.callee = enc.targets[callee["Target"]]
             else:
@@ -154,6 +163,8 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
         elif kind == "Move":
             old(body["node"])
             old(body["before"])
+        elif kind == "Realize":
+            old(body["node"])
         else:
             raise InternalError(f"unknown plan edit {kind}")
 
@@ -183,6 +194,10 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
                 n, before = old(body["node"]), old(body["before"])
                 undo.append(("move", n, n.next))
                 before.prepend(n)
+            elif kind == "Realize":
+                n = old(body["node"])
+                undo.append(("meta", n, n.meta.get(REALIZE_KEY)))
+                n.meta[REALIZE_KEY] = True
             elif kind == "Replace":
                 n = old(body["node"])
                 target = _materialise(ref(body["with"]), new_nodes)
@@ -213,6 +228,12 @@ def _rollback(graph: torch.fx.Graph, undo: list[Any]) -> None:
         elif entry[0] == "move":
             _, n, nxt = entry
             nxt.prepend(n)
+        elif entry[0] == "meta":
+            _, n, previous = entry
+            if previous is None:
+                n.meta.pop(REALIZE_KEY, None)
+            else:
+                n.meta[REALIZE_KEY] = previous
         else:
             graph.erase_node(entry[1])
 
