@@ -13,6 +13,12 @@
 //! Because the walk is in graph order and each decision only looks forward,
 //! every earlier decision is final when a node is planned: an older version's
 //! reader that survived an earlier decision would have been a hazard for it.
+//!
+//! FX order is not Inductor's execution order: Inductor computes pointwise and
+//! reduction nodes lazily, inside the kernels of their users. After the walk,
+//! `Context::realize_early_readers` marks every node that reads memory a
+//! later in-place call writes to be computed where it stands; that is what
+//! makes both moved readers and readers already before a call sound.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -925,17 +931,6 @@ impl<'g> Context<'g> {
                 .unwrap_or_default();
             let written = self.written_geometries(call, &accepted);
             let hazards = self.hazards(root, af, &excluded, cut, written.as_deref());
-            if !hazards.is_empty() && cut.is_some() {
-                // Inductor (torch 2.15) computes a pure reader of a graph
-                // input lazily, after a fallback kernel has written that input
-                // in place, even when the reader comes first in the graph: a
-                // moved reader would see the new value. Clone instead.
-                let (r, _) = hazards[0];
-                for &b in &accepted {
-                    clone[b] = Some(self.reader_note(&call.buffers[b].label, r, bytes[b], "node"));
-                }
-                continue;
-            }
             if !hazards.is_empty() {
                 match self.plan_moves(&hazards, af) {
                     Ok(set) => {
