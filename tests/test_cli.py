@@ -23,13 +23,18 @@ TESTS = Path(__file__).resolve().parent
 
 
 def run(
-    *args: str, check_rc: int | None = 0, timeout: float = 300, env: dict[str, str] | None = None
+    *args: str,
+    check_rc: int | None = 0,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    wrapper: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Runs the tool; a hang past ``timeout`` fails the test. Exit 2 must come
-    with exactly one error line on stderr (warnings aside), never a traceback."""
+    with exactly one error line on stderr (warnings aside), never a traceback.
+    ``wrapper`` is a command prefix (see ``_without_root_file_access``)."""
     env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
     p = subprocess.run(
-        [sys.executable, "-m", "fxrewrite.cli", *args],
+        [*(wrapper or []), sys.executable, "-m", "fxrewrite.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -377,25 +382,38 @@ def test_unwritable_output_exits_2_naming_the_path(saved, tmp_path):
         os.mkfifo(fifo)
         err = run("rewrite", f, "-o", str(fifo), check_rc=2, timeout=HOSTILE_TIMEOUT).stderr
         assert "a FIFO with no reader" in err
-    if not IS_ROOT:  # root writes anywhere
-        ro = tmp_path / "read-only"
-        ro.mkdir(mode=0o500)
-        err = run("rewrite", f, "-o", str(ro / "out.fxir"), check_rc=2).stderr
-        assert "cannot write the output: permission denied" in err
+    ro = tmp_path / "read-only"
+    ro.mkdir(mode=0o500)
+    wrapper = _without_root_file_access()
+    err = run("rewrite", f, "-o", str(ro / "out.fxir"), check_rc=2, wrapper=wrapper).stderr
+    assert "cannot write the output: permission denied" in err
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root reads any file")
+def _without_root_file_access() -> list[str]:
+    """A command prefix under which permission bits apply: nothing for an
+    ordinary user; for root (CI runs as root, and root reads any file),
+    ``setpriv`` dropping the two capabilities that bypass them."""
+    if not IS_ROOT:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root and util-linux's setpriv is not installed")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
 def test_unreadable_input_exits_2(saved, tmp_path):
+    wrapper = _without_root_file_access()
     f = tmp_path / "locked.fxir"
     shutil.copy(_before(saved), f)
     f.chmod(0)
-    assert f"{f}: permission denied" in run("inspect", str(f), check_rc=2).stderr
+    assert f"{f}: permission denied" in run("inspect", str(f), check_rc=2, wrapper=wrapper).stderr
     d = tmp_path / "graphs"
     (d / "locked").mkdir(parents=True)
     shutil.copy(_before(saved), d)
     (d / "locked").chmod(0)
-    p = run("check", str(d))
+    p = run("check", str(d), wrapper=wrapper)
     assert f"skipped {d / 'locked'}: cannot list the directory: permission denied" in p.stderr
+    (d / "locked").chmod(0o755)
 
 
 def test_a_directory_where_one_file_is_expected(saved):
