@@ -556,6 +556,17 @@ impl<'g> Context<'g> {
         g
     }
 
+    /// True when read argument `read` provably touches no element that the
+    /// call writes in buffer `b` (the other half of a `chunk`): the kernel
+    /// may then read it while writing the buffer in place.
+    fn read_is_disjoint(&self, call: &MutationCall, b: usize, read: NodeId) -> bool {
+        let Some(written) = self.written_geometries(call, &[b]) else {
+            return false;
+        };
+        let g = self.view_geometry(read, self.pos[call.node.idx()]);
+        !written.is_empty() && written.iter().all(|w| provably_disjoint(w, &g))
+    }
+
     /// Geometries of the regions the accepted buffers' written arguments
     /// cover, or `None` when one of them is not modelled.
     fn written_geometries(&self, call: &MutationCall, accepted: &[usize]) -> Option<Vec<Geometry>> {
@@ -704,34 +715,41 @@ impl<'g> Context<'g> {
                     if accepted.contains(b) {
                         exact_src.insert(u);
                         self.link[u.idx()] = Link::Same(self.same_target(call.buffers[*b].node));
-                        queue.extend(self.uses.users(u).iter().copied());
+                        self.queue_users_through_views(u, &mut queue);
                     }
                 }
             }
         }
         let latest = self.latest[root];
+        let p = self.pos[af.idx()];
         while let Some(sc) = queue.pop_first() {
             let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
                 continue;
             };
-            if !exact_src.contains(&src) || chain.contains_key(&sc) {
+            if chain.contains_key(&sc) {
                 continue;
             }
-            let src_geom = self.geometry(src);
-            if self.geometry(base).then(&step) != src_geom {
-                return None;
-            }
+            // The source: a new value, or a view of one taken after the call
+            // (`squeeze` undoing the `unsqueeze` of the written argument).
+            let Some(src_geom) = self.geometry_through_views(src, &exact_src) else {
+                continue;
+            };
             let mut pending = if let Some(p) = pending_of.get(&base) {
                 p.clone()
             } else {
-                if self.find(base) != root
-                    || self.ver[base.idx()] != latest
-                    || self.pos[base.idx()] > self.pos[af.idx()]
-                {
+                // The base: the buffer's memory before the call, or a view
+                // of it taken after the call (the same `reshape` the written
+                // argument was cut through, made again for the write-back).
+                let anchor = self.view_anchor(base, p)?;
+                if self.find(anchor) != root || self.ver[anchor.idx()] != latest {
                     return None;
                 }
+                self.link_views_ahead(base, p);
                 accepted.to_vec()
             };
+            if self.geometry(base).then(&step) != src_geom {
+                return None;
+            }
             pending.retain(|b| {
                 let g = &arg_geom.iter().find(|(x, _)| x == b).map(|(_, g)| g);
                 !g.is_some_and(|g| g.root == src_geom.root && g.steps.starts_with(&src_geom.steps))
@@ -750,7 +768,7 @@ impl<'g> Context<'g> {
             if exact {
                 exact_src.insert(sc);
             }
-            queue.extend(self.uses.users(sc).iter().copied());
+            self.queue_users_through_views(sc, &mut queue);
         }
         for (sc, (_, exact)) in &chain {
             if !exact && self.uses.users(*sc).iter().any(|u| !chain.contains_key(u)) {
@@ -758,6 +776,81 @@ impl<'g> Context<'g> {
             }
         }
         Some(chain)
+    }
+
+    /// Queues the users of `n`, and of the views of `n`, for the write-back
+    /// chain search.
+    fn queue_users_through_views(&self, n: NodeId, queue: &mut BTreeSet<NodeId>) {
+        for &u in self.uses.users(n) {
+            queue.insert(u);
+            if matches!(self.roles[u.idx()], Role::View { src, overlapping: false, .. } if src == n)
+            {
+                self.queue_users_through_views(u, queue);
+            }
+        }
+    }
+
+    /// Geometry of `n` when it is one of `exact` or a chain of
+    /// non-overlapping views of one; `None` otherwise.
+    fn geometry_through_views(&self, n: NodeId, exact: &HashSet<NodeId>) -> Option<Geometry> {
+        let mut steps: Vec<&ViewStep> = Vec::new();
+        let mut cur = n;
+        while !exact.contains(&cur) {
+            match &self.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    step,
+                    overlapping: false,
+                } => {
+                    steps.extend(step.iter());
+                    cur = *src;
+                }
+                _ => return None,
+            }
+        }
+        let mut g = self.geometry(cur);
+        for s in steps.into_iter().rev() {
+            g = g.then(s);
+        }
+        Some(g)
+    }
+
+    /// The node at or before position `p` that `n` is a chain of
+    /// non-overlapping views of (`n` itself when it is there already).
+    fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
+        let mut cur = n;
+        while self.pos[cur.idx()] > p {
+            match &self.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    overlapping: false,
+                    ..
+                } => cur = *src,
+                _ => return None,
+            }
+        }
+        Some(cur)
+    }
+
+    /// Gives the views between `n` and its anchor (not walked yet) the
+    /// links the walk will give them, so that geometries through them
+    /// resolve now.
+    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while self.pos[cur.idx()] > p {
+            let Role::View { src, step, .. } = &self.roles[cur.idx()] else {
+                break;
+            };
+            chain.push((cur, *src, step.clone()));
+            cur = *src;
+        }
+        for (v, src, step) in chain.into_iter().rev() {
+            self.link[v.idx()] = match step {
+                None => Link::Same(self.same_target(src)),
+                Some(s) => Link::Step(src, s),
+            };
+        }
     }
 
     /// Plans a generic mutating call (v1 or v2): the shared safety analysis.
@@ -821,7 +914,10 @@ impl<'g> Context<'g> {
                         "the buffer is also written by another in-place operator".into(),
                         bytes[b],
                     ));
-                } else if let Some((_, rn)) = read_roots.iter().find(|(rr, _)| *rr == root) {
+                } else if let Some((_, rn)) = read_roots
+                    .iter()
+                    .find(|(rr, rn)| *rr == root && !self.read_is_disjoint(call, b, *rn))
+                {
                     let rname = self.graph.node(*rn).name.clone();
                     clone[b] = Some(Self::plain_note(
                         &label,

@@ -39,6 +39,8 @@ EXPECTED = {
     ("reorderable reader", True): (1, 0),
     ("reorderable reader", False): (1, 0),
     ("rotary on split qkv", False): (2, 0),
+    ("MLA rotary (reshaped q, unsqueezed k_pe)", False): (2, 0),
+    ("read from a disjoint view of the written buffer", False): (1, 0),
 }
 
 
