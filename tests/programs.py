@@ -87,6 +87,12 @@ def _disjoint_read_view(x):
     return y
 
 
+def _two_views_of_an_input(x, c):
+    # Rotary on two column slices of a graph input, written back by the graph.
+    torch.ops.fxr_test.rot_(x[:, :4], x[:, 4:], c)
+    return x.sum()
+
+
 def _r(*shape: int) -> Callable[[], torch.Tensor]:
     return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
 
@@ -106,4 +112,5 @@ PROGRAMS = [
         lambda: (_r(5, 32)(), _r(32, 48)(), _r(32, 24)(), _r(5, 1, 8)()),
     ),
     Program("read from a disjoint view of the written buffer", _disjoint_read_view, lambda: (_r(4, 8)(),)),
+    Program("two views of an input, written back", _two_views_of_an_input, lambda: (_r(3, 8)(), _r(3, 4)())),
 ]
