@@ -333,3 +333,33 @@ def test_decoder_layer_with_symbolic_tokens_leaves_no_node(v2):
         args = (torch.randn(tokens, 32), torch.randn(32, 48), torch.randn(tokens, 16), torch.randn(32, 32))
         c = compile_and_compare(layer, *args, v2=v2, dynamic=True)
         assert not c.report.left and c.report.clones == []
+
+
+@torch.compiler.nested_compile_region
+def _mutating_region(x, w):
+    torch.ops.fxr_test.scale_(x, 2.0)
+    return x * w
+
+
+def test_nested_compile_region_that_mutates_its_argument_is_explained(v2):
+    # Called twice, the region stays an `invoke_subgraph`; its mutation of x
+    # is an auto_functionalized node around the higher-order operator. The
+    # pass rewrites the op inside the region's own graph and leaves the outer
+    # node to Inductor, saying why.
+    def f(a, w):
+        x = a * 1.5
+        y = _mutating_region(x, w)
+        z = _mutating_region(y, w)
+        return y + x + z
+
+    a, w = torch.randn(4, 8), torch.randn(8)
+    expected = f(a.clone(), w)
+    ours = fxrewrite.Pass()
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(
+        {"post_grad_custom_post_pass": ours, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
+    ):
+        torch.testing.assert_close(torch.compile(f)(a.clone(), w), expected)
+    report = ours.last_report
+    assert report is not None and report.left
+    assert all("invoke_subgraph" in (d.reason or "") for d in report.left)

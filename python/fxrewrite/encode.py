@@ -195,6 +195,7 @@ def encode(
     dtype_t, device_t, layout_t, memfmt_t = torch.dtype, torch.device, torch.layout, torch.memory_format
     node_t = torch.fx.Node
     opov_t = torch._ops.OpOverload
+    hop_t = torch._ops.HigherOrderOperator
 
     def value(v: Any) -> Any:
         if v is None or v.__class__ in (bool, int, float, str):
@@ -213,7 +214,7 @@ def encode(
             return (_T_LAYOUT, str(v).removeprefix("torch."))
         if isinstance(v, memfmt_t):
             return (_T_MEMFMT, str(v).removeprefix("torch."))
-        if isinstance(v, opov_t):
+        if isinstance(v, opov_t | hop_t):
             return (_T_TARGET, intern(v, "call_function"))
         if isinstance(v, bool | int | float | str):
             return v

@@ -107,7 +107,10 @@ pub fn mutable_op(graph: &Graph, node: NodeId) -> Result<(TargetId, &OpSchema), 
     match (target.kind, target.schema.as_ref()) {
         (TargetKind::Operator, Some(schema)) => Ok((*t, schema)),
         (TargetKind::HigherOrder, _) => Err(format!(
-            "mutating higher-order operator {} is not supported",
+            "the mutating callee is the higher-order operator {} (for `invoke_subgraph`, a \
+             nested_compile_region that mutates its argument): rewriting it in place would \
+             mean rewriting its subgraph, so it is left to Inductor, which copies the mutated \
+             arguments",
             target.name
         )),
         _ => Err(format!(
