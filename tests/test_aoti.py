@@ -147,3 +147,6 @@ def _check_cli_agrees(built: Built, tmp_path: Path) -> None:
     assert sorted((d["op"], d["action"], len(d["clones"])) for d in explained) == sorted(
         (d.op, d.action, len(d.clones)) for d in report.decisions
     )
+    # The AOTInductor package itself holds compiled code, no graph: one clear error.
+    err = run("inspect", "--import", "aoti_model", str(built.package), check_rc=2).stderr
+    assert "an AOTInductor package" in err and "torch.export.save archive" in err, err

@@ -196,6 +196,21 @@ def _unregistered_operator(e: BaseException) -> str | None:
     return None
 
 
+def _is_aoti_package(data: bytes) -> bool:
+    """A zip written by ``aoti_compile_and_package``: compiled code under
+    ``<name>/data/aotinductor/`` and no exported program (``<name>/models/``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+    parts = [n.split("/") for n in names]
+    compiled = any(p[1:3] == ["data", "aotinductor"] for p in parts)
+    return compiled and not any(p[1:2] == ["models"] for p in parts)
+
+
 def native_from_export(
     path: str | os.PathLike[str],
     max_bytes: int | None = None,
@@ -219,6 +234,12 @@ def native_from_export(
     """
     data = read_limited(path, max_bytes)
     import zipfile
+
+    if _is_aoti_package(data):
+        raise FileFormatError(
+            f"{path}: an AOTInductor package (compiled code, no graph to read); read the "
+            "torch.export.save archive of the same program instead"
+        )
 
     import torch
 
