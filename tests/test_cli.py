@@ -248,6 +248,47 @@ def test_export_archive(tmp_path):
     assert run("check", "--import", "cli_model", str(f)).returncode == 0
 
 
+def test_export_archive_mutations_are_write_backs(tmp_path):
+    """An exported program returns its mutated user inputs and buffers as
+    outputs its signature lists as mutations: the caller's tensor (or the
+    buffer) is updated, as by a ``copy_`` write-back, so nothing is cloned."""
+    module = cli_model.WritesInputAndBuffer()
+    x, res = torch.randn(4, 8), torch.randn(4, 8)
+    ep = torch.export.export(module, (x, res))
+    f = tmp_path / "model.pt2"
+    torch.export.save(ep, str(f))
+    (row,) = json.loads(run("inspect", "--json", "--import", "cli_model", str(f)).stdout)
+    assert sorted(row["mutated_inputs"]) == ["b_cache", "res"], row
+    assert row["would"] == {
+        "reinplace": 2,
+        "clone": 0,
+        "clones": 0,
+        "leave": 0,
+        "move_readers": 0,
+        "remove_writebacks": 2,
+    }, row
+    assert row["info"]["writebacks"] == "2"
+    explained = run("explain", "--import", "cli_model", str(f)).stdout
+    assert "not written back" not in explained and "clone" not in explained, explained
+
+    # The rewritten graph runs: same output and same mutations as eager.
+    out = tmp_path / "after.fxir"
+    rep = json.loads(run("rewrite", "--json", "--import", "cli_model", str(f), "-o", str(out)).stdout)
+    assert rep["report"]["writebacks_removed"] == 2
+    gm = fxrewrite.load(out)
+    assert not any(n.target is torch.ops.aten.copy_.default for n in gm.graph.nodes), gm.graph
+    eager = cli_model.WritesInputAndBuffer()
+    res_eager = res.clone()
+    expected = eager(x.clone(), res_eager)
+    state = {"b_w": module.w.clone(), "b_cache": module.cache.clone(), "x": x.clone(), "res": res.clone()}
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    (got,) = gm(*(state[p] for p in placeholders))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(state["res"], res_eager)
+    torch.testing.assert_close(state["b_cache"], eager.cache)
+    torch.testing.assert_close(state["x"], x)
+
+
 # Hostile paths: only regular files are opened, each up to a size limit
 # checked before reading. Named on the command line: exit 2. Met inside a
 # directory: skipped with a warning, the other files still read.

@@ -196,17 +196,33 @@ def _unregistered_operator(e: BaseException) -> str | None:
     return None
 
 
+def _is_aoti_package(data: bytes) -> bool:
+    """A zip written by ``aoti_compile_and_package``: compiled code under
+    ``<name>/data/aotinductor/`` and no exported program (``<name>/models/``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+    parts = [n.split("/") for n in names]
+    compiled = any(p[1:3] == ["data", "aotinductor"] for p in parts)
+    return compiled and not any(p[1:2] == ["models"] for p in parts)
+
+
 def native_from_export(
     path: str | os.PathLike[str],
     max_bytes: int | None = None,
     *,
     import_hint: str = "import the library that defines it first",
 ) -> _core.Graph:
-    """The graph of a ``torch.export.save`` archive, in native IR form. Input
-    mutations recorded in the graph signature go into the provenance pairs
-    (``mutated_inputs``): export returns them as outputs instead of writing
-    them back, so the engine keeps such inputs unmutated. The archive is read
-    as ``read_limited`` reads (regular files up to ``max_bytes`` only).
+    """The graph of a ``torch.export.save`` archive, in native IR form, as
+    Inductor (AOTInductor) sees it: the outputs the graph signature lists as
+    user-input and buffer mutations become ``copy_`` write-backs (see
+    ``materialize_writebacks``); the mutated inputs also go into the
+    provenance pairs (``mutated_inputs``). The archive is read as
+    ``read_limited`` reads (regular files up to ``max_bytes`` only).
     ``import_hint`` ends the message of an archive calling operators this
     process has not registered.
 
@@ -218,6 +234,12 @@ def native_from_export(
     """
     data = read_limited(path, max_bytes)
     import zipfile
+
+    if _is_aoti_package(data):
+        raise FileFormatError(
+            f"{path}: an AOTInductor package (compiled code, no graph to read); read the "
+            "torch.export.save archive of the same program instead"
+        )
 
     import torch
 
@@ -258,6 +280,10 @@ def native_from_export(
         raise FxrewriteError(
             f"{path}: could not functionalize the exported program: {type(e).__name__}: {e}"
         ) from e
+    try:
+        writebacks = materialize_writebacks(ep)
+    except FxrewriteError as e:
+        raise FxrewriteError(f"{path}: {e}") from e
     enc = encode(ep.graph, with_sources=True)
     native = _core.Graph.from_parts(*enc.parts)
     sig = ep.graph_signature
@@ -265,7 +291,60 @@ def native_from_export(
     info = [("torch_version", str(torch.__version__)), ("origin", f"torch.export archive {Path(path).name}")]
     if mutated:
         info.append(("mutated_inputs", ",".join(mutated)))
+    if writebacks:
+        info.append(("writebacks", str(writebacks)))
     return _core.Graph.read(native.write(info))
+
+
+def materialize_writebacks(ep: Any) -> int:
+    """Rewrites ``ep.graph`` (of a functionalized ``ExportedProgram``, in
+    place) into the form Inductor compiles: each output the graph signature
+    lists as a user-input mutation or a buffer mutation is not a value
+    returned to the caller but the new content of that input, which the
+    caller's tensor (or the module's buffer) takes. It becomes
+    ``aten.copy_(input, new_value)`` before the output, the write-back
+    epilogue of a post-grad graph, and leaves the output tuple, which keeps
+    the user outputs only. Returns the number of write-backs made.
+
+    Raises:
+        FxrewriteError: the signature does not match the graph.
+    """
+    import torch
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = ep.graph_signature
+    graph = ep.graph
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    buffers = {s.target: s.arg.name for s in sig.input_specs if s.kind == InputKind.BUFFER}
+    output = graph.output_node()
+    (values,) = output.args
+    if not isinstance(values, list | tuple) or len(values) != len(sig.output_specs):
+        raise FxrewriteError(
+            f"the graph returns {len(values) if isinstance(values, list | tuple) else 1} values "
+            f"but its signature lists {len(sig.output_specs)} outputs"
+        )
+    kept: list[Any] = []
+    writebacks: list[tuple[torch.fx.Node, Any]] = []
+    for spec, value in zip(sig.output_specs, values, strict=True):
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            name = spec.target
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            name = buffers.get(spec.target)
+        else:
+            kept.append(value)
+            continue
+        dst = placeholders.get(name) if name is not None else None
+        if dst is None or not isinstance(value, torch.fx.Node):
+            raise FxrewriteError(f"the signature's mutation of `{spec.target}` names no graph input")
+        writebacks.append((dst, value))
+    if not writebacks:
+        return 0
+    with graph.inserting_before(output):
+        for dst, value in writebacks:
+            node = graph.call_function(torch.ops.aten.copy_.default, (dst, value))
+            node.meta["val"] = dst.meta.get("val")
+    output.args = (tuple(kept),)
+    return len(writebacks)
 
 
 def load(path: str | os.PathLike[str]) -> Any:
