@@ -888,11 +888,13 @@ impl<'g> Context<'g> {
                 None => groups.push((r, vec![b])),
             }
         }
+        // A read argument that aliased a written one in the user's program
+        // (`foo(out, out)`) keeps its aliasing: eager ran the kernel on it.
         let read_roots: Vec<(usize, NodeId)> = call
             .read_nodes
-            .clone()
-            .into_iter()
-            .map(|n| (self.find(n), n))
+            .iter()
+            .filter(|(name, _)| !call.user_aliased_reads.contains(name))
+            .map(|&(_, n)| (self.find(n), n))
             .collect();
         for (root, bufs) in groups {
             let mut accepted: Vec<usize> = Vec::new();

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
+from ._core import USER_ALIASED_READS as USER_ALIASED_KWARG
 from ._core import FileFormatError, FxrewriteError
 
 SUFFIX = ".fxir"
@@ -426,9 +427,10 @@ def load(path: str | os.PathLike[str]) -> Any:
             target = resolved[tid]
         else:
             target = targets[tid][0]
-        n = graph.create_node(
-            op, target, tuple(value(a) for a in args), {k: value(v) for k, v in kwargs}, name=name
-        )
+        # The pre pass's record travels in the IR as a keyword; on the FX node
+        # it is metadata again (an auto_functionalized node takes no such kwarg).
+        fx_kwargs = {k: value(v) for k, v in kwargs if k != USER_ALIASED_KWARG}
+        n = graph.create_node(op, target, tuple(value(a) for a in args), fx_kwargs, name=name)
         made.append(n)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -137,5 +137,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
+    m.add("USER_ALIASED_READS", crate::rules::call::USER_ALIASED_READS)?;
     Ok(())
 }

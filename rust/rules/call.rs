@@ -89,8 +89,13 @@ pub struct MutationCall {
     /// For each operator return, the written argument it aliases
     /// (`-> Tensor(a!)`), if any.
     pub return_aliases: Vec<Option<usize>>,
-    /// Nodes passed as read-only arguments (aliasing checks).
-    pub read_nodes: Vec<NodeId>,
+    /// Nodes passed as read-only arguments, with the argument's name
+    /// (aliasing checks).
+    pub read_nodes: Vec<(String, NodeId)>,
+    /// Read arguments that already shared memory with a written argument in
+    /// the user's program (recorded before Inductor's `remove_noop_ops`, see
+    /// [`USER_ALIASED_READS`]): the kernel saw aliased memory in eager too.
+    pub user_aliased_reads: Vec<String>,
 }
 
 /// The mutating operator of an auto_functionalized node and its schema, or
@@ -137,7 +142,28 @@ pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
         .collect()
 }
 
-/// Collects the node operands of a read-only value.
-pub fn collect_nodes(v: &Value, out: &mut Vec<NodeId>) {
-    v.for_each_node(&mut |n| out.push(n));
+/// Collects the node operands of read-only argument `name`.
+pub fn collect_nodes(name: &str, v: &Value, out: &mut Vec<(String, NodeId)>) {
+    v.for_each_node(&mut |n| out.push((name.to_string(), n)));
+}
+
+/// The keyword under which the encoder passes the read arguments of an
+/// auto_functionalized node that shared memory with a written argument
+/// before Inductor's `remove_noop_ops` ran (`fxrewrite.pre_pass`). It exists
+/// only in the IR, never on the FX node.
+pub const USER_ALIASED_READS: &str = "_fxrewrite_user_aliased_reads";
+
+/// The names listed under [`USER_ALIASED_READS`], when present.
+#[must_use]
+pub fn user_aliased_reads(graph: &Graph, node: NodeId) -> Vec<String> {
+    match graph.node(node).kwarg(USER_ALIASED_READS) {
+        Some(Value::List(items) | Value::Tuple(items)) => items
+            .iter()
+            .filter_map(|v| match v {
+                Value::Str(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }

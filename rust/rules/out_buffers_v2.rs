@@ -4,7 +4,7 @@
 //! the rewrite allocates them with `empty_strided` and calls the operator on
 //! them. A fresh buffer has no other reader, so no safety analysis is needed.
 
-use super::call::mutable_op;
+use super::call::{mutable_op, USER_ALIASED_READS};
 use super::{Outcome, Rule};
 use crate::engine::{Context, OutCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
@@ -58,7 +58,11 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
             args.push((a.name.clone(), a.kwarg_only, None));
         }
     }
-    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
+    if let Some((k, _)) = n
+        .kwargs
+        .iter()
+        .find(|(k, _)| !used.contains(k) && k != USER_ALIASED_READS)
+    {
         return Err(format!(
             "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"
         ));

@@ -4,8 +4,8 @@
 //! regenerated on its base exactly as torch's own dense implementation does.
 
 use super::call::{
-    collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall,
-    ResultSlot, ViewOfBuffer, WrittenArg,
+    collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
+    CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
 };
 use super::{Outcome, Rule};
 use crate::engine::Context;
@@ -101,7 +101,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             .collect::<Result<_, _>>()?,
         _ => return Err("missing _all_bases".into()),
     };
-    let mut used: Vec<String> = vec!["_all_bases".into()];
+    let mut used: Vec<String> = vec!["_all_bases".into(), USER_ALIASED_READS.into()];
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut buffer_of_base: Vec<Option<usize>> = vec![None; bases.len()];
     let mut written: Vec<WrittenArg> = Vec::new();
@@ -125,7 +125,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     for a in &schema.args {
         if !a.is_written() {
             match n.kwarg(&a.name) {
-                Some(v) => collect_nodes(v, &mut read_nodes),
+                Some(v) => collect_nodes(&a.name, v, &mut read_nodes),
                 None => return Err(format!("missing argument '{}'", a.name)),
             }
             used.push(a.name.clone());
@@ -220,5 +220,6 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         results,
         return_aliases,
         read_nodes,
+        user_aliased_reads: user_aliased_reads(graph, node),
     })
 }
