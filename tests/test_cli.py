@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parent
 def run(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(TESTS))
     p = subprocess.run(
-        [sys.executable, "-m", "fxrewrite.cli", *args], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-m", "fxrewrite", *args], capture_output=True, text=True, timeout=300, env=env
     )
     if check_rc is not None:
         assert p.returncode == check_rc, (p.returncode, p.stdout, p.stderr)
