@@ -21,6 +21,8 @@ ruff check python tests benches
 ruff format --check python tests benches
 echo "== stub check"
 python -m mypy.stubtest fxrewrite._core --ignore-missing-stub --allowlist scripts/stubtest-allowlist.txt
+echo "== wheel: abi3 tag, the command line tool on every installed Python from 3.10"
+bash scripts/check_wheel.sh
 echo "== cargo test"
 cargo test --quiet
 echo "== pytest"
