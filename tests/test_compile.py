@@ -3,6 +3,7 @@ mutations against eager, the rewritten graph, and the clones kept."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import fxrewrite
@@ -226,6 +227,34 @@ def test_list_form_of_the_custom_post_pass_and_compose():
     with torch._inductor.config.patch({"post_grad_custom_post_pass": composed, "fx_graph_cache": False}):
         torch.testing.assert_close(torch.compile(f)(a, b), f(a, b))
     assert seen == [1, 1]
+
+
+def test_lite_mode_runs_no_post_grad_pass():
+    # README, "Inductor's lite mode": mode="lite" turns the post-grad passes
+    # off, the custom one among them. The v1 form still compiles: Inductor
+    # runs auto_functionalized as a fallback kernel (cloning what it writes).
+    if "lite" not in torch._inductor.list_mode_options():
+        pytest.skip("this torch has no lite mode")
+
+    def f(x, res, w):
+        torch.ops.fxr_test.fused_add_(x, res, w)
+        return x + 1
+
+    args = [torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)]
+    eager_args = [a.clone() for a in args]
+    expected = f(*eager_args)
+    ours = fxrewrite.Pass(strict=True)
+    torch._dynamo.reset()
+    patch = {
+        "post_grad_custom_post_pass": ours,
+        "fx_graph_cache": False,
+        "enable_auto_functionalized_v2": False,
+    }
+    with torch._inductor.config.patch(patch):
+        got = torch.compile(f, mode="lite")(*args)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(args, eager_args)
+    assert ours.reports == [] and ours.last_report is None
 
 
 def test_strict_mode_from_the_environment(monkeypatch):
