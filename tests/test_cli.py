@@ -34,7 +34,7 @@ def run(
     ``wrapper`` is a command prefix (see ``_without_root_file_access``)."""
     env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
     p = subprocess.run(
-        [*(wrapper or []), sys.executable, "-m", "fxrewrite.cli", *args],
+        [*(wrapper or []), sys.executable, "-m", "fxrewrite", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

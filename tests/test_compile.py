@@ -230,6 +230,34 @@ def test_list_form_of_the_custom_post_pass_and_compose():
     assert seen == [1, 1]
 
 
+def test_lite_mode_runs_no_post_grad_pass():
+    # README, "Inductor's lite mode": mode="lite" turns the post-grad passes
+    # off, the custom one among them. The v1 form still compiles: Inductor
+    # runs auto_functionalized as a fallback kernel (cloning what it writes).
+    if "lite" not in torch._inductor.list_mode_options():
+        pytest.skip("this torch has no lite mode")
+
+    def f(x, res, w):
+        torch.ops.fxr_test.fused_add_(x, res, w)
+        return x + 1
+
+    args = [torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)]
+    eager_args = [a.clone() for a in args]
+    expected = f(*eager_args)
+    ours = fxrewrite.Pass(strict=True)
+    torch._dynamo.reset()
+    patch = {
+        "post_grad_custom_post_pass": ours,
+        "fx_graph_cache": False,
+        "enable_auto_functionalized_v2": False,
+    }
+    with torch._inductor.config.patch(patch):
+        got = torch.compile(f, mode="lite")(*args)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(args, eager_args)
+    assert ours.reports == [] and ours.last_report is None
+
+
 def test_strict_mode_from_the_environment(monkeypatch):
     monkeypatch.setenv("FXREWRITE_STRICT", "1")
     assert fxrewrite.Pass()._strict() is True
