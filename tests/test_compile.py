@@ -433,7 +433,7 @@ def test_user_aliased_read_and_write_need_no_clone_with_the_pre_pass(v2):
     assert without.last_report is not None and len(without.last_report.clones) == 1
     assert "shares memory" in without.last_report.clones[0].reason
     ours = fxrewrite.Pass(strict=True)
-    passes = {"post_grad_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
+    passes = {"joint_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
     torch.testing.assert_close(_compile_with(f, (a,), passes, v2), expected)
     assert ours.last_report is not None and ours.last_report.clones == []
 
@@ -451,7 +451,7 @@ def test_aliasing_made_by_remove_noop_ops_is_cloned_even_with_the_pre_pass(v2):
     a = torch.randn(5, 3)
     expected = f(a)
     ours = fxrewrite.Pass(strict=True)
-    passes = {"post_grad_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
+    passes = {"joint_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
     torch.testing.assert_close(_compile_with(f, (a,), passes, v2), expected)
     assert ours.last_report is not None and len(ours.last_report.clones) == 1
     inductor_alone = _compile_with(f, (a,), {}, v2)

@@ -1,5 +1,7 @@
-"""The optional companion pass that runs *before* Inductor's ``remove_noop_ops``
-(``torch._inductor.config.post_grad_custom_pre_pass = fxrewrite.pre_pass``).
+"""The optional companion pass that runs *before* Inductor's first
+``remove_noop_ops`` (``torch._inductor.config.joint_custom_pre_pass =
+fxrewrite.pre_pass``: the joint graph passes already remove no-ops, before
+any post-grad pass runs).
 
 Why it exists: by the time the main pass runs, Inductor's ``remove_noop_ops``
 has deleted copies the user wrote (``y = x.clone(); op(out=y, x=x)`` reaches
@@ -85,7 +87,7 @@ def record_user_aliasing(graph: torch.fx.Graph) -> int:
 
 
 class PrePass(CustomGraphPass):
-    """``post_grad_custom_pre_pass``: see the module docstring. It changes no
+    """``joint_custom_pre_pass``: see the module docstring. It changes no
     node; it only records what the main pass needs."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
