@@ -661,6 +661,36 @@ impl Geometry {
         g
     }
 
+    /// True when the two views provably touch disjoint elements: after a
+    /// common prefix of steps, the next steps select disjoint ranges of one
+    /// dimension (whatever follows them).
+    #[must_use]
+    pub fn provably_disjoint(&self, other: &Geometry) -> bool {
+        if self.root != other.root {
+            return false;
+        }
+        let k = self
+            .steps
+            .iter()
+            .zip(&other.steps)
+            .take_while(|(x, y)| x == y)
+            .count();
+        match (self.steps.get(k), other.steps.get(k)) {
+            (Some(_), Some(y)) => {
+                let mine = Geometry {
+                    root: self.root,
+                    steps: self.steps[..=k].to_vec(),
+                };
+                let theirs = Geometry {
+                    root: other.root,
+                    steps: [&self.steps[..k], std::slice::from_ref(y)].concat(),
+                };
+                mine.disjoint_from(&theirs)
+            }
+            _ => false,
+        }
+    }
+
     /// True when the two views provably touch disjoint elements: the same
     /// chain up to a last step that selects disjoint ranges of one dimension.
     #[must_use]
