@@ -262,7 +262,7 @@ def encode(
 
 
 #: The pre pass's ``node.meta`` key (``fxrewrite.pre_pass``), and the IR-only
-#: keyword that carries it to the engine (``rust/rules/call.rs``).
+#: keyword that carries it to the engine (``rust/forms/call.rs``).
 USER_ALIASED_META = "fxrewrite_user_aliased_reads"
 
 

@@ -28,13 +28,13 @@ use crate::analysis::alias::{classify, Geometry, Role, ViewStep};
 use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
+use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer};
+use crate::forms::FormCall;
 use crate::ir::validate::validate;
-use crate::ir::{Graph, NodeId, OpCode, TargetId, TargetKind};
+use crate::ir::{Graph, NodeId, OpCode, TargetKind};
 use crate::plan::{
     Action, Callee, CloneNote, Edit, MetaSource, NewId, NodeReport, Plan, PlanArg, Report, ValueRef,
 };
-use crate::rules::call::{CallArg, MutationCall, ResultSlot, ViewOfBuffer};
-use crate::rules::{registry, Outcome};
 
 mod emit;
 mod hazards;
@@ -50,22 +50,6 @@ use storage::structural_root;
 /// Largest number of nodes moved ahead of one call; past it, a clone is
 /// cheaper to reason about than a long reordering.
 const MAX_MOVED: usize = 64;
-
-/// A parsed out= call (see `rules::out_buffers_v2`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct OutCall {
-    /// The auto_functionalized node.
-    pub node: NodeId,
-    /// The operator.
-    pub op: TargetId,
-    /// Schema arguments: name, keyword-only, and for written ones the keys of
-    /// size, stride, dtype and device.
-    pub args: Vec<(String, bool, Option<[String; 4]>)>,
-    /// For each return, the written argument (in written order) it aliases.
-    pub return_buffers: Vec<Option<usize>>,
-    /// Number of operator returns.
-    pub n_returns: usize,
-}
 
 /// How a node's geometry derives from another node's.
 #[derive(Clone, Debug)]
@@ -93,8 +77,17 @@ enum Bind {
     Tensor,
 }
 
-/// The state of one planning walk. Rules use it through
-/// [`Context::rewrite_mutation`] and [`Context::rewrite_out_call`].
+/// What planning did with an auto_functionalized node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The node was rewritten; the context holds its edits and report.
+    Rewritten,
+    /// The node is left untouched, with the reason (reported, and an error in
+    /// strict mode).
+    Left(String),
+}
+
+/// The state of one planning walk.
 pub struct Context<'g> {
     /// The graph being planned (never changed: the plan is a list of edits).
     graph: &'g Graph,
@@ -366,10 +359,6 @@ impl<'g> Context<'g> {
     }
 
     fn plan_af(&mut self, id: NodeId) {
-        let rule = registry()
-            .iter()
-            .find(|r| r.matches(self.graph, id))
-            .copied();
         let form = if self.graph.target_of(id).kind == TargetKind::AutoFunctionalized {
             "v1"
         } else {
@@ -379,9 +368,14 @@ impl<'g> Context<'g> {
             Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),
         };
-        let outcome = match rule {
-            Some(r) => r.plan(self, id),
-            None => Outcome::Left("no rule handles this node".into()),
+        let (rule, outcome) = match crate::forms::parse(self.graph, id) {
+            Some((name, Ok(FormCall::Mutation(call)))) => {
+                let v1 = call.form == "v1";
+                (name, self.rewrite_mutation(&call, name, v1))
+            }
+            Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
+            Some((name, Err(reason))) => (name, Outcome::Left(reason)),
+            None => ("none", Outcome::Left("no form reads this node".into())),
         };
         if let Outcome::Left(reason) = outcome {
             let node = self.graph.node(id);
@@ -389,7 +383,7 @@ impl<'g> Context<'g> {
                 node: node.name.clone(),
                 op: op_name,
                 form,
-                rule: rule.map_or("none", |r| r.name()),
+                rule,
                 action: Action::Left,
                 moved: vec![],
                 clones: vec![],
@@ -399,10 +393,6 @@ impl<'g> Context<'g> {
             });
         }
     }
-
-    // ----- edits -----------------------------------------------------------
-
-    // ----- safety ----------------------------------------------------------
 
     fn finish(self) -> Plan {
         Plan {

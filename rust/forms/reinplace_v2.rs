@@ -7,27 +7,21 @@ use super::call::{
     collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
     CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
 };
-use super::{Outcome, Rule};
-use crate::engine::Context;
+use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
 
 /// The rule value.
 pub struct ReinplaceV2;
 
-impl Rule for ReinplaceV2 {
+impl Form for ReinplaceV2 {
     fn name(&self) -> &'static str {
         "reinplace_v2"
     }
 
-    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
-        graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
-    }
-
-    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
-        match parse(cx.graph(), node) {
-            Ok(call) => cx.rewrite_mutation(&call, self.name(), false),
-            Err(reason) => Outcome::Left(reason),
-        }
+    fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
+        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+            && !mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out);
+        mine.then(|| parse(graph, node).map(FormCall::Mutation))
     }
 }
 

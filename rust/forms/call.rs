@@ -1,6 +1,5 @@
-//! The form-independent description of one auto_functionalized node that the
-//! v1 and v2 rules parse their node into, and that the engine's safety
-//! analysis plans from.
+//! The form-independent descriptions of an auto_functionalized node that the
+//! forms parse a node into, and that the engine plans from.
 
 use crate::ir::{Graph, NodeId, OpSchema, TargetId, TargetKind, Value};
 
@@ -96,6 +95,31 @@ pub struct MutationCall {
     /// the user's program (recorded before Inductor's `remove_noop_ops`, see
     /// [`USER_ALIASED_READS`]): the kernel saw aliased memory in eager too.
     pub user_aliased_reads: Vec<String>,
+}
+
+/// A parsed out= call (`Tag.out` operator in the v2 form): fresh buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutCall {
+    /// The auto_functionalized node.
+    pub node: NodeId,
+    /// The operator.
+    pub op: TargetId,
+    /// Schema arguments: name, keyword-only, and for written ones the keys of
+    /// size, stride, dtype and device.
+    pub args: Vec<(String, bool, Option<[String; 4]>)>,
+    /// For each return, the written argument (in written order) it aliases.
+    pub return_buffers: Vec<Option<usize>>,
+    /// Number of operator returns.
+    pub n_returns: usize,
+}
+
+/// What a form parses a node into.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FormCall {
+    /// A mutating call (v1 or v2): the shared safety analysis plans it.
+    Mutation(MutationCall),
+    /// An out= call: fresh buffers, no safety analysis.
+    Out(OutCall),
 }
 
 /// The mutating operator of an auto_functionalized node and its schema, or
