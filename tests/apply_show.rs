@@ -1,10 +1,9 @@
-//! `ir::apply::apply_plan` (plans applied to IR graphs with the Python
+//! `plan::apply::apply_plan` (plans applied to IR graphs with the Python
 //! applier's semantics) and `ir::show::to_fx_text` (`print(torch.fx.Graph)`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::collections::{HashMap, HashSet};
 
-use fxrewrite::ir::apply::apply_plan;
 use fxrewrite::ir::schema::OpTags;
 use fxrewrite::ir::show::to_fx_text;
 use fxrewrite::ir::validate::validate;
@@ -12,6 +11,7 @@ use fxrewrite::ir::{
     AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
     TargetId, TargetKind, TensorMeta, Value,
 };
+use fxrewrite::plan::apply::apply_plan;
 use fxrewrite::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 use fxrewrite::{plan, Action, Edit, Error, Plan};
 

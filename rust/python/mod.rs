@@ -87,7 +87,7 @@ impl PyGraph {
         let (out, plan) = py
             .detach(|| -> crate::Result<_> {
                 let plan = crate::engine::plan(graph)?;
-                let out = crate::ir::apply::apply_plan(graph, &plan)?;
+                let out = crate::plan::apply::apply_plan(graph, &plan)?;
                 Ok((out, plan))
             })
             .map_err(errors::to_py)?;

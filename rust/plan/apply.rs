@@ -23,10 +23,10 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg, SchemaReturn};
-use super::validate::validate;
-use super::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, Value};
 use crate::error::{Error, Result};
+use crate::ir::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg, SchemaReturn};
+use crate::ir::validate::validate;
+use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, Value};
 use crate::plan::{Callee, Edit, MetaSource, Plan, PlanArg, ValueRef};
 
 /// Applies `plan` to `graph` and returns the rewritten graph. `graph` is not
@@ -84,7 +84,7 @@ fn operands(node: &Node) -> BTreeSet<usize> {
 
 // ----- pass 1: the check ------------------------------------------------------
 
-fn old(graph: &Graph, n: super::NodeId) -> Result<usize> {
+fn old(graph: &Graph, n: NodeId) -> Result<usize> {
     if n.idx() < graph.len() {
         Ok(n.idx())
     } else {

@@ -8,6 +8,8 @@
 //! replaced), and every erased node has no users left once the edits before it
 //! are applied.
 
+pub mod apply;
+
 use serde::Serialize;
 
 use crate::ir::{NodeId, TargetId};
