@@ -54,9 +54,137 @@ pub fn parse(graph: &Graph, node: NodeId) -> Option<(&'static str, Result<FormCa
     first
 }
 
+/// Small graphs for the forms' unit tests: `x = input`, then one
+/// auto_functionalized node of a mutating operator.
+#[cfg(test)]
+pub(crate) mod test_graph {
+    use crate::ir::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg};
+    use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetKind, Value};
+
+    /// `name(Tensor(a!) x, float s) -> ()`, with the given tags.
+    pub fn scale_op(name: &str, tags: OpTags) -> Target {
+        let arg = |n: &str, ty: ArgType, write: bool| SchemaArg {
+            name: n.into(),
+            ty,
+            alias: write.then(|| AliasInfo {
+                set: "a".into(),
+                is_write: true,
+            }),
+            kwarg_only: false,
+        };
+        Target {
+            name: name.into(),
+            kind: TargetKind::Operator,
+            schema: Some(OpSchema {
+                args: vec![
+                    arg("x", ArgType::Tensor, true),
+                    arg("s", ArgType::Other, false),
+                ],
+                returns: vec![],
+                tags,
+            }),
+        }
+    }
+
+    /// The graph `x = input; af = <kind>(op, **kwargs)`, and the af node.
+    pub fn af_graph(kind: TargetKind, op: Target, kwargs: Vec<(&str, Value)>) -> (Graph, NodeId) {
+        let mut g = Graph::new();
+        let other = |g: &mut Graph, name: &str| {
+            g.add_target(Target {
+                name: name.into(),
+                kind: TargetKind::Other,
+                schema: None,
+            })
+        };
+        let t = other(&mut g, "x");
+        g.add_node(Node {
+            op: OpCode::Placeholder,
+            name: "x".into(),
+            target: t,
+            args: vec![],
+            kwargs: vec![],
+            meta: None,
+            source: None,
+        });
+        let op = g.add_target(op);
+        let af_name = match kind {
+            TargetKind::AutoFunctionalized => "higher_order.auto_functionalized",
+            _ => "higher_order.auto_functionalized_v2",
+        };
+        let af_t = g.add_target(Target {
+            name: af_name.into(),
+            kind,
+            schema: None,
+        });
+        let af = g.add_node(Node {
+            op: OpCode::CallFunction,
+            name: "af".into(),
+            target: af_t,
+            args: vec![Value::Target(op)],
+            kwargs: kwargs
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            meta: None,
+            source: None,
+        });
+        (g, af)
+    }
+
+    /// The node reference `x`.
+    pub fn x() -> Value {
+        Value::Node(NodeId(0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_graph::{af_graph, scale_op, x};
     use super::*;
+    use crate::ir::schema::OpTags;
+    use crate::ir::{TargetKind, Value};
+
+    #[test]
+    fn exactly_one_form_claims_each_kind_of_node() {
+        let v1 = af_graph(
+            TargetKind::AutoFunctionalized,
+            scale_op("m::scale_.default", OpTags::default()),
+            vec![("x", x()), ("s", Value::Float(2.0))],
+        );
+        assert_eq!(parse(&v1.0, v1.1).map(|(n, _)| n), Some("reinplace_v1"));
+        let v2 = af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale_.default", OpTags::default()),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_base_index", Value::Int(0)),
+                ("_all_bases", Value::List(vec![x()])),
+            ],
+        );
+        assert_eq!(parse(&v2.0, v2.1).map(|(n, _)| n), Some("reinplace_v2"));
+        let out = OpTags {
+            out: true,
+            ..OpTags::default()
+        };
+        let v2_out = af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale.out", out),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_size", Value::List(vec![Value::Int(4)])),
+                ("_x_stride", Value::List(vec![Value::Int(1)])),
+                ("_x_dtype", Value::Dtype("float32".into())),
+                ("_x_device", Value::Device("cpu".into())),
+                ("_all_bases", Value::List(vec![])),
+            ],
+        );
+        assert_eq!(
+            parse(&v2_out.0, v2_out.1).map(|(n, _)| n),
+            Some("out_buffers_v2")
+        );
+        // An input is not an auto_functionalized node: no form claims it.
+        assert!(parse(&v1.0, crate::ir::NodeId(0)).is_none());
+    }
 
     #[test]
     fn names_are_stable_and_distinct() {

@@ -74,3 +74,54 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
         n_returns: schema.returns.len(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_graph::{af_graph, scale_op};
+    use super::*;
+    use crate::ir::schema::OpTags;
+
+    fn out_tags() -> OpTags {
+        OpTags {
+            out: true,
+            ..OpTags::default()
+        }
+    }
+
+    #[test]
+    fn written_arguments_become_fresh_buffers_from_their_layout_keys() {
+        let (g, af) = af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale.out", out_tags()),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_size", Value::List(vec![Value::Int(4)])),
+                ("_x_stride", Value::List(vec![Value::Int(1)])),
+                ("_x_dtype", Value::Dtype("float32".into())),
+                ("_x_device", Value::Device("cpu".into())),
+                ("_all_bases", Value::List(vec![])),
+            ],
+        );
+        let call = parse(&g, af).unwrap();
+        assert_eq!(call.n_returns, 0);
+        assert_eq!(call.args.len(), 2);
+        assert_eq!(
+            call.args[0].2.as_ref().map(|k| k[0].as_str()),
+            Some("_x_size")
+        );
+        assert!(call.args[1].2.is_none());
+    }
+
+    #[test]
+    fn a_missing_layout_key_is_a_reason() {
+        let (g, af) = af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale.out", out_tags()),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_all_bases", Value::List(vec![])),
+            ],
+        );
+        assert!(parse(&g, af).is_err());
+    }
+}

@@ -143,3 +143,53 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         user_aliased_reads: user_aliased_reads(graph, node),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_graph::{af_graph, scale_op, x};
+    use super::*;
+    use crate::forms::call::{ResultSlot, USER_ALIASED_READS};
+    use crate::ir::schema::OpTags;
+
+    fn node(kwargs: Vec<(&str, Value)>) -> (Graph, NodeId) {
+        af_graph(
+            TargetKind::AutoFunctionalized,
+            scale_op("m::scale_.default", OpTags::default()),
+            kwargs,
+        )
+    }
+
+    #[test]
+    fn a_written_argument_is_its_own_buffer_and_result() {
+        let (g, af) = node(vec![("x", x()), ("s", Value::Float(2.0))]);
+        let call = parse(&g, af).unwrap();
+        assert_eq!(call.form, "v1");
+        assert_eq!(call.buffers.len(), 1);
+        assert_eq!(call.buffers[0].node, NodeId(0));
+        // No returns: slot 0 is the (None) return, slot 1 the new x.
+        assert_eq!(call.results, [ResultSlot::Return(0), ResultSlot::Buffer(0)]);
+        assert!(call.read_nodes.is_empty());
+    }
+
+    #[test]
+    fn unknown_and_missing_arguments_are_reasons_not_guesses() {
+        let (g, af) = node(vec![
+            ("x", x()),
+            ("s", Value::Float(2.0)),
+            ("new", Value::Int(1)),
+        ]);
+        assert!(parse(&g, af)
+            .unwrap_err()
+            .contains("unknown auto_functionalized argument 'new'"));
+        let (g, af) = node(vec![("x", x())]);
+        assert!(parse(&g, af).unwrap_err().contains("missing argument 's'"));
+        // The pre pass's record is not an unknown argument.
+        let aliased = Value::List(vec![Value::Str("s".into())]);
+        let (g, af) = node(vec![
+            ("x", x()),
+            ("s", Value::Float(2.0)),
+            (USER_ALIASED_READS, aliased),
+        ]);
+        assert_eq!(parse(&g, af).unwrap().user_aliased_reads, ["s"]);
+    }
+}

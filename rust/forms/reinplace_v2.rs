@@ -217,3 +217,54 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         user_aliased_reads: user_aliased_reads(graph, node),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_graph::{af_graph, scale_op, x};
+    use super::*;
+    use crate::ir::schema::OpTags;
+
+    fn node(extra: Vec<(&str, Value)>) -> (Graph, NodeId) {
+        let mut kwargs = vec![
+            ("s", Value::Float(2.0)),
+            ("_all_bases", Value::List(vec![x()])),
+        ];
+        kwargs.extend(extra);
+        af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale_.default", OpTags::default()),
+            kwargs,
+        )
+    }
+
+    #[test]
+    fn view_info_becomes_the_view_of_a_base() {
+        let (g, af) = node(vec![("_x_base_index", Value::Int(0))]);
+        let call = parse(&g, af).unwrap();
+        assert_eq!(call.written[0].view, ViewOfBuffer::Whole);
+        let (g, af) = node(vec![
+            ("_x_base_index", Value::Int(0)),
+            ("_x_slice_dim", Value::Int(0)),
+            ("_x_slice_start", Value::Int(1)),
+            ("_x_slice_end", Value::Int(3)),
+        ]);
+        let call = parse(&g, af).unwrap();
+        assert!(matches!(call.written[0].view, ViewOfBuffer::Slice { .. }));
+        let (g, af) = node(vec![
+            ("_x_base_index", Value::Int(0)),
+            ("_x_alias", Value::Bool(true)),
+        ]);
+        assert_eq!(parse(&g, af).unwrap().written[0].view, ViewOfBuffer::Alias);
+    }
+
+    #[test]
+    fn a_newer_torch_keyword_or_a_bad_base_index_is_a_reason() {
+        let (g, af) = node(vec![
+            ("_x_base_index", Value::Int(0)),
+            ("_x_new_info", Value::Int(1)),
+        ]);
+        assert!(parse(&g, af).unwrap_err().contains("newer torch"));
+        let (g, af) = node(vec![("_x_base_index", Value::Int(5))]);
+        assert!(parse(&g, af).unwrap_err().contains("out of range"));
+    }
+}
