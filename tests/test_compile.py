@@ -505,3 +505,48 @@ def test_metadata_left_by_the_pass_is_what_fake_propagation_gives(v2, program):
     got = _compile_with(program.fn, [a.clone() for a in args], {"post_grad_custom_post_pass": check}, v2)
     torch.testing.assert_close(got, expected)
     assert check.checked >= 1
+
+
+class _OrderAfterTheCall(torch._inductor.custom_graph_pass.CustomGraphPass):
+    """Wraps the first `mul` after the auto_functionalized node in Inductor's
+    `control_deps` with the node as an ordering dependency (what Inductor's
+    ordering passes and stream code produce), then runs fxrewrite."""
+
+    def __init__(self) -> None:
+        self.report: fxrewrite.Report | None = None
+        self.deps: list[torch.fx.Node] = []
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        from torch._inductor.fx_passes.control_dependencies import control_deps, preserve_node_ordering
+        from torch.utils._ordered_set import OrderedSet
+
+        from fxrewrite.encode import is_auto_functionalized
+
+        af = next(n for n in graph.nodes if is_auto_functionalized(n))
+        later = next(n for n in graph.nodes if n.target is torch.ops.aten.mul.Tensor and n > af)
+        preserve_node_ordering(graph, {later: OrderedSet([af])})
+        self.report = fxrewrite.rewrite(graph, strict=True)
+        (wrapped,) = graph.find_nodes(op="call_function", target=control_deps)
+        self.deps = list(wrapped.args[0])
+
+    def uuid(self) -> str:
+        return "order-after-the-call"
+
+
+def test_control_deps_ordered_after_the_call_depend_on_the_written_buffer(v2):
+    # vLLM's pass crashes here ("still had N users"); Inductor's ordering
+    # dependency on the auto_functionalized node moves to the buffer the
+    # in-place call writes, which orders it after the call.
+    def f(a, b):
+        y = a * 2
+        torch.ops.fxr_test.scale_(y, 3.0)
+        z = b * 5
+        return y + 1, z
+
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    expected = f(a, b)
+    p = _OrderAfterTheCall()
+    torch.testing.assert_close(_compile_with(f, (a, b), {"post_grad_custom_post_pass": p}, v2), expected)
+    assert p.report is not None and p.report.reinplaced == 1
+    (dep,) = p.deps
+    assert dep.target is torch.ops.aten.mul.Tensor  # y's buffer, written in place

@@ -339,6 +339,17 @@ impl Context<'_> {
             }
             self.erase(u);
         }
+        // Ordering-only users (`control_deps`) now depend on written memory.
+        if let Some(&first) = buf_val.first() {
+            if self
+                .uses
+                .users(af)
+                .iter()
+                .any(|&u| self.ordering_only_use(u, af))
+            {
+                self.replace(af, first);
+            }
+        }
         self.erase(af);
         self.binds.insert(af, binds);
         // v1 write-backs that became no-ops.
@@ -400,6 +411,7 @@ impl Context<'_> {
             for &u in &users {
                 match self.roles[u.idx()] {
                     Role::AfResult { index, .. } if index < call.n_returns => {}
+                    _ if self.ordering_only_use(u, af) => {}
                     _ => {
                         return Outcome::Left(format!(
                             "node `{}` uses the result in an unexpected way",
@@ -488,6 +500,18 @@ impl Context<'_> {
                 };
                 self.replace(u, v);
                 self.erase(u);
+            }
+            // Ordering-only users (`control_deps`) now depend on a buffer the
+            // call writes.
+            if let Some(&b) = bufs.first() {
+                if self
+                    .uses
+                    .users(af)
+                    .iter()
+                    .any(|&u| self.ordering_only_use(u, af))
+                {
+                    self.replace(af, ValueRef::New(b));
+                }
             }
             self.binds.insert(af, vec![Bind::Fresh; call.n_returns]);
         }

@@ -267,8 +267,44 @@ impl Context<'_> {
         out
     }
 
+    /// True when `user` is a `control_deps` node that names `af` only among
+    /// its ordering dependencies (its first argument): it must run after the
+    /// call, and reads none of its values. After the rewrite it depends on
+    /// memory the in-place call writes, which orders it after the call just
+    /// the same (Inductor orders readers of a mutated buffer after the
+    /// mutation).
+    pub(super) fn ordering_only_use(&self, user: NodeId, af: NodeId) -> bool {
+        let node = self.graph.node(user);
+        if self.graph.target_of(user).name != "higher_order.control_deps" {
+            return false;
+        }
+        let mut elsewhere = false;
+        for v in node
+            .args
+            .iter()
+            .skip(1)
+            .chain(node.kwargs.iter().map(|(_, v)| v))
+        {
+            v.for_each_node(&mut |n| elsewhere |= n == af);
+        }
+        let mut in_deps = false;
+        if let Some(deps) = node.args.first() {
+            deps.for_each_node(&mut |n| in_deps |= n == af);
+        }
+        in_deps && !elsewhere
+    }
+
     pub(super) fn check_users(&self, call: &MutationCall) -> std::result::Result<(), String> {
         for &u in self.uses.users(call.node) {
+            if self.ordering_only_use(u, call.node) {
+                if call.buffers.is_empty() {
+                    return Err(format!(
+                        "node `{}` orders itself after a call that writes no buffer",
+                        self.graph.node(u).name
+                    ));
+                }
+                continue;
+            }
             let Role::AfResult { index, .. } = self.roles[u.idx()] else {
                 return Err(format!(
                     "node `{}` uses the auto_functionalized result directly",
