@@ -58,3 +58,22 @@ pub(super) fn required_storage(size: &[i64], stride: &[i64], offset: i64) -> i64
             .sum::<i64>()
         + 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_storage_matches_torch() {
+        // [T=5, 1, 64] cut at column 16 of a [5, 80] buffer: the size-1
+        // dimension's stride does not matter, the offset does.
+        assert_eq!(required_storage(&[5, 1, 64], &[80, 64, 1], 16), 16 + 4 * 80 + 63 + 1);
+        assert_eq!(required_storage(&[5, 1, 64], &[80, 12345, 1], 16), 16 + 4 * 80 + 63 + 1);
+        // Empty tensors need no storage, whatever their offset.
+        assert_eq!(required_storage(&[0, 8], &[8, 1], 40), 0);
+        // A scalar needs one element past its offset.
+        assert_eq!(required_storage(&[], &[], 3), 4);
+        // Transposed: the extent is the same.
+        assert_eq!(required_storage(&[8, 4], &[1, 8], 0), 32);
+    }
+}
