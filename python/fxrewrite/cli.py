@@ -359,11 +359,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise UsageError(f"{f}: no auto_functionalized node named {args.node!r} (there are: {names})")
 
     if args.html:
-        from .htmlview import DotMissingError, render_html
+        from .htmlview import DrawError, render_html
 
         try:
             page = render_html(g, title=str(f), node=args.node)
-        except DotMissingError as e:
+        except (DrawError, OSError) as e:
             raise UsageError(f"--html: {e}") from e
         _write_output(args.html, page.encode())
 

@@ -26,14 +26,18 @@ from typing import Any
 from . import _core
 from .report import Decision, Report
 
-__all__ = ["DOT_ENV", "MAX_REGION_NODES", "DotMissingError", "render_html"]
+__all__ = ["DOT_ENV", "MAX_REGION_NODES", "DotMissingError", "DrawError", "render_html"]
 
 DOT_ENV = "FXREWRITE_DOT"
 MAX_REGION_NODES = 40
 _DOWNSTREAM = 3  # readers of each result shown before the rewrite
 
 
-class DotMissingError(RuntimeError):
+class DrawError(RuntimeError):
+    """The regions could not be drawn."""
+
+
+class DotMissingError(DrawError):
     """Graphviz's ``dot`` is not installed (or ``FXREWRITE_DOT`` names no program)."""
 
 
@@ -250,7 +254,7 @@ def regions(before: _Table, after: _Table, plan: dict[str, Any], report: Report)
             j = after.index.get(before.names[i])
             if j is not None:
                 ok = _add(a, [j], role) and ok
-        for i, role in b.items():  # a removed node: what replaced it
+        for i in b:  # a removed node: what replaced it
             if before.names[i] in after.index or i == af:
                 continue
             calls = [
@@ -333,14 +337,16 @@ def _run_dot(dot: str, sources: list[str]) -> list[str]:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(procs)) as pool:
-        outs = list(pool.map(lambda pc: pc[0].communicate("\n".join(pc[1]).encode()), zip(procs, chunks)))
+        outs = list(
+            pool.map(lambda pc: pc[0].communicate("\n".join(pc[1]).encode()), zip(procs, chunks, strict=True))
+        )
     svgs: list[str] = []
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
-            raise RuntimeError(f"dot failed: {err.decode(errors='replace').strip()[:300]}")
+            raise DrawError(f"dot failed: {err.decode(errors='replace').strip()[:300]}")
         svgs += [_compact(m.group(0)) for m in re.finditer(r"<svg\b.*?</svg>", out.decode(), flags=re.S)]
     if len(svgs) != len(sources):
-        raise RuntimeError(f"dot drew {len(svgs)} graphs of {len(sources)}")
+        raise DrawError(f"dot drew {len(svgs)} graphs of {len(sources)}")
     return svgs
 
 
