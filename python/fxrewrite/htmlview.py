@@ -149,7 +149,11 @@ def _new_node_origins(
     """Inserted node (index in ``after``) -> the original node it was made for
     (the ``origin`` of its edit), matched by its target and the nodes it reads
     (after the plan's replacements)."""
-    unmatched = [j for j, name in enumerate(after.names) if name not in before.index]
+    unmatched = {j for j, name in enumerate(after.names) if name not in before.index}
+    by_input: dict[str, list[int]] = {}  # candidates by a node they read: linear, not quadratic
+    for j in sorted(unmatched):
+        for r in after.inputs[j]:
+            by_input.setdefault(after.names[r], []).append(j)
     edits = [e for e in plan.get("edits", []) if isinstance(e, dict)]
     replaced = {e["Replace"]["node"]: e["Replace"]["with"] for e in edits if "Replace" in e}
     new_names: dict[int, str] = {}
@@ -202,8 +206,9 @@ def _new_node_origins(
 
         if not unmatched:
             break
-        j = max(unmatched, key=score)
-        unmatched.remove(j)
+        near = {j for n in want for j in by_input.get(n, ()) if j in unmatched}
+        j = max(sorted(near or unmatched), key=score)
+        unmatched.discard(j)
         new_names[ins["id"]] = after.names[j]
         origins[j] = ins["origin"]
     return origins, replaced
