@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+bash scripts/install_graphviz.sh
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi

@@ -8,6 +8,8 @@ if [ ! -x .venv/bin/python ]; then
     FXREWRITE_SKIP_DEMO=1 bash scripts/setup.sh
 fi
 . .venv/bin/activate
+# A venv made before Graphviz was a dependency may lack dot on this machine.
+bash scripts/install_graphviz.sh
 # Rebuild the extension so the tests run the current Rust code.
 # A version-specific module of an older build (_core.cpython-3XX-*.so) would be imported
 # instead of the abi3 one maturin writes (_core.abi3.so): remove it first.

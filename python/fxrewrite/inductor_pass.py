@@ -135,6 +135,65 @@ def _mark_fake_tensors_current(graph: torch.fx.Graph) -> bool:
     return False
 
 
+def _tracing() -> bool:
+    """Is structured tracing (``TORCH_TRACE``, read by tlparse) on?"""
+    try:
+        from torch._logging._internal import trace_log
+
+        return bool(trace_log.handlers)
+    except Exception:
+        return False
+
+
+def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> Any:
+    """The graph before the rewrite in the engine's form, for the HTML view;
+    None when no view is wanted (no save dir, no tracing) or it has nothing to show."""
+    from .encode import count_auto_functionalized, encode
+
+    if not (save_dir or _tracing()) or count_auto_functionalized(graph) == 0:
+        return None
+    try:
+        if save_dir:
+            from pathlib import Path
+
+            from .fxir import read_native
+
+            return read_native(Path(save_dir) / f"{stem}-before.fxir", None)
+        return _core.Graph.from_parts(*encode(graph, with_sources=True, meta_mode="operands").parts)
+    except Exception as e:
+        log.warning("fxrewrite: no HTML view of %s: %s", stem or "this graph", e)
+        return None
+
+
+def _html(native: Any, save_dir: str | None, stem: str) -> None:
+    """The before/after page of the rewritten regions: ``<stem>.html`` in the
+    save dir, and the ``fxrewrite_regions_html`` artifact for tlparse. Never
+    fails the compile."""
+    from .htmlview import render_html
+
+    try:
+        page = render_html(native, title=stem or "graph")
+    except Exception as e:
+        log.warning("fxrewrite: no HTML view of %s: %s", stem or "this graph", e)
+        return
+    if save_dir:
+        try:
+            with open(os.path.join(save_dir, f"{stem}.html"), "w", encoding="utf-8") as f:
+                f.write(page)
+        except OSError as e:
+            log.warning("fxrewrite could not save %s.html to %s: %s", stem, save_dir, e)
+    try:
+        from torch._logging import trace_structured
+
+        trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": "fxrewrite_regions_html", "encoding": "string"},
+            payload_fn=lambda: page,
+        )
+    except Exception:
+        return
+
+
 class Pass(CustomGraphPass):
     """fxrewrite as an Inductor post-grad pass.
 
@@ -156,6 +215,7 @@ class Pass(CustomGraphPass):
         stem = _save_stem() if save_dir else ""
         if save_dir:
             _save(graph, save_dir, f"{stem}-before")
+        native = _native_before(graph, save_dir, stem)
         # Shows up in torch's compile-time accounting (tlparse, compile events).
         with _timed("fxrewrite_pass"):
             report = rewrite(graph, strict=self._strict())
@@ -164,6 +224,8 @@ class Pass(CustomGraphPass):
         if save_dir:
             _save(graph, save_dir, f"{stem}-after")
         _trace(report)
+        if native is not None and report.error is None:
+            _html(native, save_dir, stem)
         self.last_report = report
         self.reports.append(report)
         del self.reports[:-64]
