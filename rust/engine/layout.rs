@@ -67,8 +67,14 @@ mod tests {
     fn required_storage_matches_torch() {
         // [T=5, 1, 64] cut at column 16 of a [5, 80] buffer: the size-1
         // dimension's stride does not matter, the offset does.
-        assert_eq!(required_storage(&[5, 1, 64], &[80, 64, 1], 16), 16 + 4 * 80 + 63 + 1);
-        assert_eq!(required_storage(&[5, 1, 64], &[80, 12345, 1], 16), 16 + 4 * 80 + 63 + 1);
+        assert_eq!(
+            required_storage(&[5, 1, 64], &[80, 64, 1], 16),
+            16 + 4 * 80 + 63 + 1
+        );
+        assert_eq!(
+            required_storage(&[5, 1, 64], &[80, 12345, 1], 16),
+            16 + 4 * 80 + 63 + 1
+        );
         // Empty tensors need no storage, whatever their offset.
         assert_eq!(required_storage(&[0, 8], &[8, 1], 40), 0);
         // A scalar needs one element past its offset.
