@@ -9,6 +9,7 @@ node is known to be unused. Any failure restores the graph exactly.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -188,6 +189,12 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
                     created = graph.call_function(p.callee, args, kwargs)
                 if p.meta_val is not None:
                     created.meta["val"] = p.meta_val
+                if "Target" in body["callee"] and p.origin is not None:
+                    eager = _eager_input_vals(
+                        p.origin, p.callee, created, fake_mode if fake_mode_looked_up else None
+                    )
+                    if eager is not None:
+                        created.meta["eager_input_vals"] = eager
                 trace = p.origin.meta.get("stack_trace")
                 if trace is not None:
                     created.meta["stack_trace"] = trace
@@ -246,6 +253,63 @@ def _rollback(graph: torch.fx.Graph, undo: list[Any]) -> None:
             graph.erase_node(entry[1])
 
 
+def _eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
+    """The ``eager_input_vals`` of the direct call that replaces ``af``: the
+    fake values its arguments had in eager, read off ``af``'s own record
+    (v1: the same arguments; v2: each written view cut again from its
+    eager base). Inductor lowers a custom operator with exactly those
+    strides (``constrain_to_fake_tensors``); without them it only keeps the
+    stride order, and a kernel can see another stride on a size-1
+    dimension than eager passed. ``None`` when ``af`` has no record."""
+    record = af.meta.get("eager_input_vals")
+    schema = getattr(op, "_schema", None)
+    if record is None or schema is None:
+        return None
+    _, eager = record
+    v2 = "_all_bases" in af.kwargs
+
+    def view(prefix: str) -> Any:
+        bases = eager.get("_all_bases") or []
+        index = af.kwargs.get(f"{prefix}_base_index")
+        if index is None or index >= len(bases) or bases[index] is None:
+            return None
+        base, kw = bases[index], af.kwargs
+        try:
+            with getattr(base, "fake_mode", None) or contextlib.nullcontext():
+                if f"{prefix}_storage_offset" in kw:
+                    return base.as_strided(
+                        kw[f"{prefix}_size"], kw[f"{prefix}_stride"], kw[f"{prefix}_storage_offset"]
+                    )
+                if f"{prefix}_slice_dim" in kw:
+                    dim = kw[f"{prefix}_slice_dim"]
+                    return torch.ops.aten.slice.Tensor(
+                        base, dim, kw[f"{prefix}_slice_start"], kw[f"{prefix}_slice_end"]
+                    )
+                return base
+        except Exception:  # no constraint rather than a wrong one
+            return None
+
+    def eager_of(a: Any) -> Any:
+        written = a.alias_info is not None and a.alias_info.is_write
+        if not (v2 and written):
+            v = eager.get(a.name)
+            return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
+        length = af.kwargs.get(f"_{a.name}_length", -1)
+        if length == -1:
+            return view(f"_{a.name}")
+        return None if length is None else [view(f"_{a.name}_{i}") for i in range(length)]
+
+    args, kwargs = [], {}
+    positional = iter(call.args)
+    for a in schema.arguments:
+        if a.kwarg_only:
+            if a.name in call.kwargs:
+                kwargs[a.name] = eager_of(a)
+        elif next(positional, _MISSING) is not _MISSING:
+            args.append(eager_of(a))
+    return (tuple(args), kwargs)
+
+
 def _storage_of(v: Any) -> int | None:
     if isinstance(v, torch.Tensor) and torch._C._has_storage(v):
         return int(v.untyped_storage()._cdata)
@@ -293,6 +357,7 @@ class _NewRef:
 
 
 _COMPUTE = object()
+_MISSING = object()
 
 
 def _meta_for(meta: Any, p: _Prepared, nodes: list[torch.fx.Node], fake_of: Any) -> Any:
