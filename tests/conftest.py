@@ -133,3 +133,20 @@ def clones_in(gm: torch.fx.GraphModule) -> int:
 @pytest.fixture(params=[True, False], ids=["v2", "v1"])
 def v2(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many random programs were rejected because Inductor alone is
+    wrong on them too (tests/test_random_programs.py): never silent."""
+    import sys
+
+    randprog = sys.modules.get("randprog")
+    discarded = getattr(randprog, "DISCARDED", None)
+    if not discarded:
+        return
+    terminalreporter.section("random programs not judged (Inductor alone is wrong too)")
+    for line in discarded[:20]:
+        terminalreporter.write_line(line)
+    if len(discarded) > 20:
+        terminalreporter.write_line(f"... {len(discarded) - 20} more")
+    terminalreporter.write_line(f"{len(discarded)} in all")
