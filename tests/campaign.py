@@ -40,14 +40,39 @@ from randprog import Program, programs, run, without_step
 def _norm(text: str) -> str:
     """A message with names and numbers made generic, to group by."""
     text = re.sub(r"`[^`]*`", "`_`", text)
+    text = re.sub(r"\bauto_functionalized(_v2)?(_\d+)?\b", "AF_NODE", text)
+    text = re.sub(r"\([\w:]+\.default\)", "(OP)", text)
     text = re.sub(r"\b[a-z_]+_\d+\b", "NODE", text)
     text = re.sub(r"-?\d+(\.\d+)?", "N", text)
     return text.strip()
 
 
-def _layout_cause(problem: str) -> str:
-    """Which part of the layout differs: offsets, strides of size-1/size-0
-    dims only, or other strides."""
+_WRITTEN = {
+    "scale_": ("x",),
+    "add_into": ("out",),
+    "out_add": ("out",),
+    "fused_add_": ("x", "res"),
+    "rot_": ("q", "k"),
+    "fill_rows_": ("x",),
+    "acc_sum": ("x",),
+    "maybe_": ("x", "y"),
+}
+
+
+def _layout_cause(problem: str, program: Program, v2: bool) -> str:
+    """Which part of the layout differs (offsets, strides of size-1/size-0
+    dims only, or other strides), of a written or a read argument, and
+    whether fxrewrite cloned anything (static capture)."""
+    roles = set()
+    for m in re.finditer(r"site (\d+) `([^`]*)`", problem):
+        kind = program.steps[int(m.group(1))][0]
+        written = kind == "list_scale_" or m.group(2) in _WRITTEN.get(kind, ())
+        roles.add("written" if written else "read")
+    try:
+        cap = trp.capture(program, v2)
+        clones = "clones" if cap.report is not None and cap.report.clones else "no clone"
+    except Exception:
+        clones = "clones unknown"
     kinds = set()
     for m in re.finditer(
         r"size, stride, offset \[([^\]]*)\], \[([^\]]*)\], (\d+); eager passed \[([^\]]*)\], \[([^\]]*)\], (\d+)",
@@ -65,7 +90,7 @@ def _layout_cause(problem: str) -> str:
             kinds.add("stride")
     if "not called there in eager" in problem:
         kinds.add("a kernel call eager does not make")
-    return "layout: " + " + ".join(sorted(kinds))
+    return f"layout, {' and '.join(sorted(roles))} argument, {clones}: " + " + ".join(sorted(kinds))
 
 
 def classify_full(problem: str, program: Program, v2: bool) -> str:
@@ -76,9 +101,9 @@ def classify_full(problem: str, program: Program, v2: bool) -> str:
             if re.match(r"^[\w.]+(Error|Exception)\b", ln.strip()):
                 last = ln.strip()
                 break
-        return "raised: " + _norm(last)[:160]
+        return "raised: " + _norm(last)[:240]
     if problem.startswith("a stride-reading kernel"):
-        return _layout_cause(problem)
+        return _layout_cause(problem, program, v2)
     if problem.startswith("the pass"):
         return _norm(problem.splitlines()[0])[:160]
     # Wrong values: is the rewritten post-grad graph itself wrong (run by
@@ -217,12 +242,31 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shrink-budget", type=int, default=60, help="judgements per shrunk cause")
+    ap.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="results.jsonl of an earlier run: classify its failures again, group and shrink (no new programs)",
+    )
+    ap.add_argument("--no-shrink", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     summary_rows: list[str] = []
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     counts: Counter[tuple[str, str]] = Counter()
+
+    if args.source is not None:
+        for line in args.source.read_text().splitlines():
+            r = json.loads(line)
+            counts[(f"{r['mode']} {r['form']}", r["status"])] += 1
+            if r["status"] == "fail":
+                if r["mode"] == "full" and r["cause"] != "harness raised":
+                    program = eval(r["program"], {"Program": Program})
+                    r["cause"] = classify_full(r["problem"], program, r["form"] == "v2")
+                groups[(r["mode"], r["cause"])].append(r)
+            with results.open("a") as f:
+                f.write(json.dumps(r) + "\n")
 
     for mode, n, judge, min_steps in (
         ("full", args.full, judge_full, 4),
@@ -277,9 +321,8 @@ def main() -> None:
         program = eval(smallest["program"], {"Program": Program})
         judge = judge_full if mode == "full" else judge_capture
         t0 = time.perf_counter()
-        small = shrink(
-            program, smallest["form"] == "v2", smallest["dynamic"], cause, judge, args.shrink_budget
-        )
+        budget = 0 if args.no_shrink else args.shrink_budget
+        small = shrink(program, smallest["form"] == "v2", smallest["dynamic"], cause, judge, budget)
         out += [
             "",
             f"shrunk ({time.perf_counter() - t0:.0f} s) from {len(program.steps)} to {len(small.steps)} steps, "
