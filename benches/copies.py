@@ -1,5 +1,6 @@
-"""Clones left by Inductor's passes versus by fxrewrite on the test suite's
-programs, both forms, printed as the README's Markdown table.
+"""Clones and ``copy_`` write-backs left by Inductor's passes versus by
+fxrewrite on the test suite's programs, both forms, printed as the README's
+Markdown table.
 
     python benches/copies.py
 """
@@ -15,17 +16,17 @@ import torch
 
 import conftest  # noqa: F401  (registers the fxr_test operators)
 from programs import PROGRAMS
-from test_copy_counts import clones_after_post_grad
+from test_copy_counts import post_grad_counts
 
 
 def main() -> None:
-    print("| program | form | Inductor's clones | fxrewrite's clones |")
+    print("| program | form | Inductor's clones / copies | fxrewrite's clones / copies |")
     print("| --- | --- | ---: | ---: |")
     for p in PROGRAMS:
         for v2 in (True, False):
-            ours = clones_after_post_grad(p, use_fxrewrite=True, v2=v2)
+            ours = "{} / {}".format(*post_grad_counts(p, use_fxrewrite=True, v2=v2))
             try:
-                theirs = str(clones_after_post_grad(p, use_fxrewrite=False, v2=v2))
+                theirs = "{} / {}".format(*post_grad_counts(p, use_fxrewrite=False, v2=v2))
             except torch._inductor.exc.InductorError:
                 theirs = "fails to compile"
             print(f"| {p.name} | {'v2' if v2 else 'v1'} | {theirs} | {ours} |")

@@ -5,7 +5,7 @@
 //!
 //! Pipeline: a graph arrives as the compact IR ([`ir::Graph`], from the Python
 //! encoder or a `.fxir` file), is validated ([`ir::validate`]), analysed
-//! ([`analysis`]), and planned by the registered [`rules`] inside one forward
+//! ([`analysis`]), and parsed by the registered [`forms`] and planned inside one forward
 //! walk ([`engine`]). The result is a [`Plan`]: ordered edits plus a [`Report`]
 //! that explains every decision. The caller applies the edits, all or nothing.
 //!
@@ -26,18 +26,18 @@
 pub mod analysis;
 pub mod engine;
 pub mod error;
+pub mod forms;
 pub mod inspect;
 pub mod ir;
 pub mod plan;
 #[cfg(feature = "python")]
 mod python;
-pub mod rules;
 
 pub use engine::plan;
 pub use error::{Error, Result};
+pub use forms::form_names;
 pub use ir::{Graph, NodeId};
 pub use plan::{Action, Edit, Plan, Report};
-pub use rules::rule_names;
 
 /// Version of the engine's decision logic; part of the Inductor cache key.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");

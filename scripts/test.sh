@@ -9,6 +9,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 # Rebuild the extension so the tests run the current Rust code.
+# A version-specific module of an older build (_core.cpython-3XX-*.so) would be imported
+# instead of the abi3 one maturin writes (_core.abi3.so): remove it first.
+rm -f python/fxrewrite/_core.*.so
 maturin develop --release --quiet
 echo "== cargo fmt / clippy"
 cargo fmt --check
@@ -18,6 +21,8 @@ ruff check python tests benches
 ruff format --check python tests benches
 echo "== stub check"
 python -m mypy.stubtest fxrewrite._core --ignore-missing-stub --allowlist scripts/stubtest-allowlist.txt
+echo "== wheel: abi3 tag, the command line tool on every installed Python from 3.10"
+bash scripts/check_wheel.sh
 echo "== cargo test"
 cargo test --quiet
 echo "== pytest"

@@ -46,6 +46,23 @@ class Mutating(torch.nn.Module):
         return self.cache.sum(0)
 
 
+class WritesInputAndBuffer(torch.nn.Module):
+    """For torch.export: a user-input mutation (``res``) and a buffer mutation
+    (``cache``), which the exported graph returns as outputs its signature
+    lists as mutations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("w", torch.linspace(0.5, 1.5, 8))
+        self.register_buffer("cache", torch.zeros(6, 8))
+
+    def forward(self, x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+        h = x * 2
+        torch.ops.fxr_cli.add_rms_(h, res, self.w)
+        torch.ops.fxr_cli.write_rows_(self.cache, h)
+        return h.sum(0) + self.cache.sum(0)
+
+
 if __name__ == "__main__":
     # Compile once with the pass installed; FXREWRITE_SAVE_DIR makes it save.
     import fxrewrite

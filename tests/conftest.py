@@ -127,12 +127,14 @@ def compile_and_compare(
     v2: bool = True,
     dynamic: bool | None = None,
     more_inputs: tuple[tuple[Any, ...], ...] = (),
+    mark_dynamic: tuple[tuple[int, int], ...] = (),
 ) -> Compiled:
     """Compiles ``fn`` with fxrewrite (strict) and checks outputs, input
     mutations and the layouts stride-reading kernels see (``strided_``)
     against eager, on ``inputs`` and then on each of ``more_inputs`` (with
     the same compiled function: other sizes exercise a ``dynamic`` graph).
-    Returns the captured graphs and the report."""
+    ``mark_dynamic``: (argument, dim) pairs made symbolic with
+    ``torch._dynamo.mark_dynamic``. Returns the captured graphs and the report."""
     cap = Capture()
     torch._dynamo.reset()
     with inductor_config.patch(
@@ -144,6 +146,8 @@ def compile_and_compare(
             with layouts.record():
                 expected = fn(*eager_in)
             comp_in = _clone_all(args)
+            for i, d in mark_dynamic:
+                torch._dynamo.mark_dynamic(comp_in[i], d)
             with layouts.check() as reg:
                 got = compiled(*comp_in)
             _assert_same(got, expected)

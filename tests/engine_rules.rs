@@ -776,6 +776,11 @@ fn check_structure(g: &Graph, p: &Plan) -> Result<(), String> {
                     }
                 }
             }
+            Edit::Realize { node } => {
+                if !alive.contains(&k(ValueRef::Old(*node))) {
+                    return Err(format!("edit {ei}: realize of dead node {node:?}"));
+                }
+            }
         }
     }
     if next_new != p.new_nodes {
@@ -866,6 +871,62 @@ fn v2_later_pure_reader_is_moved_before_the_call() {
     assert!(mv < ins);
 }
 
+fn realized(p: &Plan) -> Vec<NodeId> {
+    p.edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Realize { node } => Some(*node),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Inductor computes a pointwise node lazily, inside the kernel of its first
+/// user that needs a buffer; a reader of the old value whose user comes
+/// after the in-place call would read the new value. Every reader of the
+/// written memory that stands before the call, moved there or already there,
+/// is marked to be computed where it stands; readers of other memory and
+/// readers after the last write are not.
+#[test]
+fn readers_before_an_in_place_write_are_realized_where_they_stand() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let early = b.call(&mul_op(), vec![n(buf), n(buf)]);
+    let other = b.call(&mul_op(), vec![n(a), n(a)]);
+    let af = rms_v2(&mut b, buf, a, w);
+    let g1 = b.getitem(af, 1);
+    let moved = b.call(&mul_op(), vec![n(buf), n(a)]);
+    let after = b.call(&mul_op(), vec![n(g1), n(g1)]);
+    let g = b.output(&[g1, early, other, moved, after]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(moves(&p), [(moved, af)]);
+    assert_eq!(realized(&p), [early, moved]);
+    assert_eq!(p.report.realized, 2);
+    check_structure(&g, &p).unwrap();
+    same_results(&g, &p).unwrap();
+}
+
+/// A clone writes no memory of the program: nothing needs realizing.
+#[test]
+fn nothing_is_realized_when_the_call_writes_a_clone() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let early = b.call(&mul_op(), vec![n(buf), n(buf)]);
+    let af = rms_v2(&mut b, buf, a, w);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, buf, early]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned]);
+    assert!(realized(&p).is_empty());
+}
+
 #[test]
 fn v2_reader_that_cannot_move_forces_a_clone() {
     let mut b = B::new();
@@ -890,23 +951,35 @@ fn v2_reader_that_cannot_move_forces_a_clone() {
     );
     assert_eq!(d.clones[0].bytes, Some(4 * 8 * 4));
     assert!(moves(&p).is_empty());
-    // The call writes the clone, and the new value is the clone.
-    let clone_id = p
+    // The call writes the clone, and the new value is the clone: the flat
+    // copy of buf's storage viewed back with buf's layout.
+    assert_eq!(inserted_atens(&p), EXACT_CLONE);
+    let inserts: Vec<(NewId, &Vec<PlanArg>)> = p
         .edits
         .iter()
-        .find_map(|e| match e {
-            Edit::Insert {
-                id,
-                callee: Callee::Aten("aten::clone.default"),
-                args,
-                ..
-            } => {
-                assert_eq!(args[0], PlanArg::Ref(ValueRef::Old(buf)));
-                Some(*id)
-            }
+        .filter_map(|e| match e {
+            Edit::Insert { id, args, .. } => Some((*id, args)),
             _ => None,
         })
-        .unwrap();
+        .collect();
+    assert_eq!(
+        inserts[0].1,
+        &vec![
+            PlanArg::Ref(ValueRef::Old(buf)),
+            PlanArg::IntList(vec![32]),
+            PlanArg::IntList(vec![1]),
+            PlanArg::Int(0)
+        ]
+    );
+    assert_eq!(
+        inserts[2].1[1..],
+        [
+            PlanArg::IntList(vec![4, 8]),
+            PlanArg::IntList(vec![8, 1]),
+            PlanArg::Int(0)
+        ]
+    );
+    let clone_id = inserts[2].0;
     let calls = inserted_calls(&p);
     assert_eq!(calls[0].1[0], PlanArg::Ref(ValueRef::New(clone_id)));
     assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(clone_id)));
@@ -1050,6 +1123,8 @@ fn v1_rotary_scatter_with_other_bounds_is_kept() {
     );
     let q = b.getitem(split, 0);
     let k = b.getitem(split, 1);
+    b.g.nodes[q.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 0));
+    b.g.nodes[k.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 4));
     let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
     let g1 = b.getitem(af, 1);
     let g2 = b.getitem(af, 2);
@@ -1123,9 +1198,10 @@ fn v1_two_written_args_on_one_slice_clone_one() {
     let wq = b.input("wqkv", Some(meta(&[8, 16])));
     let cos = b.input("cos", Some(meta(&[3, 4])));
     let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])));
-    let sl = b.call(
+    let sl = b.call_meta(
         &slice_op(),
         vec![n(mm), Value::Int(1), Value::Int(0), Value::Int(4)],
+        Some(strided_meta(&[3, 4], &[16, 1], 0)),
     );
     let af = b.v1(&rot_op(), vec![("q", n(sl)), ("k", n(sl)), ("cos", n(cos))]);
     let g1 = b.getitem(af, 1);
@@ -1745,6 +1821,14 @@ fn strided_meta(shape: &[i64], stride: &[i64], offset: i64) -> TensorMeta {
     }
 }
 
+/// The inserts of one clone that keeps the exact layout of its source: a
+/// flat view of the storage, its copy, and the copy viewed back.
+const EXACT_CLONE: [&str; 3] = [
+    "aten::as_strided.default",
+    "aten::clone.default",
+    "aten::as_strided.default",
+];
+
 /// The Aten callees of the plan's inserts, in order.
 fn inserted_atens(p: &Plan) -> Vec<&'static str> {
     p.edits
@@ -1835,17 +1919,17 @@ fn result_in_an_input_overwritten_by_an_unrelated_write_back_is_cloned() {
     assert_eq!(note.bytes, Some(4 * 8 * 4));
     assert!(!erased(&p, copy));
     assert_eq!(p.report.writebacks_removed, 0);
-    assert_eq!(inserted_atens(&p), ["aten::clone.default"]);
+    assert_eq!(inserted_atens(&p), EXACT_CLONE);
     let calls = inserted_calls(&p);
-    assert_eq!(calls[0].1[0], PlanArg::Ref(ValueRef::New(NewId(0))));
-    assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(NewId(0))));
+    assert_eq!(calls[0].1[0], PlanArg::Ref(ValueRef::New(NewId(2))));
+    assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(NewId(2))));
 
     // The plan the engine used to make (the call writes x itself) is caught
     // by the reference interpreter.
     let mut bad = p.clone();
     for e in &mut bad.edits {
         if let Edit::Insert {
-            id: NewId(0),
+            id: NewId(1),
             callee,
             ..
         } = e
@@ -2116,6 +2200,8 @@ fn later_read_of_the_untouched_v_of_a_split_qkv_keeps_q_and_k_reinplaced() {
         );
         let q = b.getitem(split, 0);
         let k = b.getitem(split, 1);
+        b.g.nodes[q.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 0));
+        b.g.nodes[k.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 4));
         let early = (!late && read == 2).then(|| b.getitem(split, 2));
         let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
         let g1 = b.getitem(af, 1);
@@ -2202,52 +2288,32 @@ fn strided_clone_without_meta(v2: bool, through_slice: bool, strided: bool) -> (
 }
 
 /// Bug 4: without metadata, a buffer cloned from a strided, offset view (a
-/// slice) whose result is later addressed by `as_strided`. The engine can
-/// only make a plain (contiguous) clone, where torch's result keeps the
-/// slice's strides and offset, so the `as_strided` would read other
-/// elements: the node is left alone. Without the `as_strided` the same
-/// buffer is cloned as before.
+/// slice). A plain (contiguous) clone would not keep the slice's strides and
+/// offset, so an `as_strided` of the result (or a kernel reading raw
+/// strides) would read other elements. A clone must reproduce the exact
+/// layout, which takes the buffer's metadata: without it the node is left
+/// alone, whether or not the graph addresses memory by stride.
 #[test]
-fn buffer_without_metadata_read_by_as_strided_is_not_cloned_plainly() {
-    for (v2, through_slice) in [(true, false), (false, false), (true, true), (false, true)] {
-        let what = format!("v2={v2} through_slice={through_slice}");
-        let (g, af) = strided_clone_without_meta(v2, through_slice, true);
+fn buffer_without_metadata_is_left_rather_than_cloned_with_a_guessed_layout() {
+    for (v2, through_slice, strided) in [
+        (true, false, true),
+        (false, false, true),
+        (true, true, true),
+        (false, true, true),
+        (true, false, false),
+        (false, true, false),
+    ] {
+        let what = format!("v2={v2} through_slice={through_slice} strided={strided}");
+        let (g, af) = strided_clone_without_meta(v2, through_slice, strided);
         let p = planned(&g);
         assert_eq!(actions(&p), [Action::Left], "{what}\n{}", dump(&g, &p));
         let d = &p.report.decisions[0];
         let reason = d.reason.as_deref().unwrap();
-        assert!(
-            reason.contains("layout-preserving clone"),
-            "{what}: {reason}"
-        );
-        assert!(reason.contains("`as_strided`"), "{what}: {reason}");
+        assert!(reason.contains("exact layout"), "{what}: {reason}");
+        assert!(reason.contains("no tensor metadata"), "{what}: {reason}");
         assert!(d.clones.is_empty() && d.moved.is_empty(), "{what}");
         assert!(!erased(&p, af), "{what}");
         assert!(p.edits.is_empty(), "{what}: {:?}", p.edits);
-
-        // The same graph with a `mul` in place of the `as_strided`: cloned
-        // plainly, because the mm is returned.
-        let (plain, _) = strided_clone_without_meta(v2, through_slice, false);
-        let pp = planned(&plain);
-        assert_eq!(
-            actions(&pp),
-            [Action::Cloned],
-            "{what}\n{}",
-            dump(&plain, &pp)
-        );
-        assert_eq!(
-            pp.report.decisions[0].clones[0].reader.as_deref(),
-            Some("output"),
-            "{what}"
-        );
-        assert_eq!(inserted_atens(&pp), ["aten::clone.default"], "{what}");
-
-        // That plan is the one the engine used to make for the `as_strided`
-        // graph too (the nodes are numbered alike): the reference
-        // interpreter catches it.
-        check_structure(&g, &pp).unwrap();
-        let err = same_results(&g, &pp).unwrap_err();
-        assert!(err.contains("differs"), "{what}: {err}");
     }
 }
 
@@ -2289,15 +2355,15 @@ fn write_back_of_the_inputs_own_old_value_is_cloned() {
         assert_eq!(note.arg, "_all_bases[0]", "{what}");
         assert_eq!(note.reader.as_deref(), Some("copy"), "{what}");
         assert_eq!(note.bytes, Some(4 * 8 * 4), "{what}");
-        assert_eq!(inserted_atens(&p), ["aten::clone.default"], "{what}");
+        assert_eq!(inserted_atens(&p), EXACT_CLONE, "{what}");
         let calls = inserted_calls(&p);
         assert_eq!(calls.len(), 1, "{what}");
         assert_eq!(
             calls[0].1[0],
-            PlanArg::Ref(ValueRef::New(NewId(0))),
+            PlanArg::Ref(ValueRef::New(NewId(2))),
             "{what}"
         );
-        assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(NewId(0))));
+        assert_eq!(replaced_with(&p, g1), Some(ValueRef::New(NewId(2))));
         assert!(
             note.reason.contains("reads the old value"),
             "{}",
@@ -2311,8 +2377,9 @@ fn write_back_of_the_inputs_own_old_value_is_cloned() {
         // write-back then copying the overwritten x) is caught.
         let mut bad = p.clone();
         for e in &mut bad.edits {
+            // The copy in the middle of the exact clone.
             if let Edit::Insert {
-                id: NewId(0),
+                id: NewId(1),
                 callee,
                 ..
             } = e
@@ -3463,6 +3530,16 @@ mod interp {
                 other => Err(format!("expected an optional int, got {other:?}")),
             };
             match op {
+                "aten::sym_size.int" | "aten::sym_stride.int" => {
+                    let t = tv(&a[0])?;
+                    let d = usize::try_from(opt(1)?.ok_or("no dim")?).map_err(|e| e.to_string())?;
+                    let v = if op == "aten::sym_size.int" {
+                        &t.size
+                    } else {
+                        &t.stride
+                    };
+                    Ok(V::Int(*v.get(d).ok_or("dim out of range")?))
+                }
                 "aten::mm.default" | "aten::add.Tensor" | "aten::mul.Tensor" => {
                     let (x, y) = (tv(&a[0])?, tv(&a[1])?);
                     let (vx, vy) = (self.read(&x)?, self.read(&y)?);
@@ -3917,6 +3994,8 @@ mod interp {
                     let at = pos(&order, ValueRef::Old(*node)).ok_or("erase of a missing node")?;
                     order.remove(at);
                 }
+                // A scheduling hint: no value changes.
+                Edit::Realize { .. } => {}
             }
         }
         let resolve = |r: ValueRef| -> ValueRef {
@@ -3975,6 +4054,12 @@ mod interp {
                                 mem.mutating(&tg.name, &call)?
                             }
                             Callee::Aten(name) => mem.pure_op(name, &a)?,
+                            Callee::Operator(op) => match (&a[0], &a[1], *op) {
+                                (V::Int(x), V::Int(y), "add") => V::Int(x + y),
+                                (V::Int(x), V::Int(y), "sub") => V::Int(x - y),
+                                (V::Int(x), V::Int(y), "mul") => V::Int(x * y),
+                                other => return Err(format!("bad operator call {other:?}")),
+                            },
                             Callee::Getitem => match (&a[0], &a[1]) {
                                 (V::Seq(items), V::Int(i)) => {
                                     items[usize::try_from(*i).unwrap()].clone()

@@ -68,6 +68,31 @@ def _clone_removed_by_inductor(x):
     return y
 
 
+def _mla_rotary(x, wq, wkv, cos):
+    # DeepSeek-V2-style attention: rotary on q_pe, a slice of q reshaped to
+    # heads, and on k_pe, a slice of the kv projection unsqueezed to one head.
+    q = (x @ wq).view(x.shape[0], 2, 24)
+    _, q_pe = q.split([16, 8], dim=-1)
+    kv = x @ wkv
+    _, k_pe = kv.split([16, 8], dim=-1)
+    torch.ops.fxr_test.rot_(q_pe, k_pe.unsqueeze(1), cos)
+    return q, kv
+
+
+def _disjoint_read_view(x):
+    # One half of a buffer written from the other half.
+    y = x * 2
+    top, bottom = y.chunk(2, dim=0)
+    torch.ops.fxr_test.add_into(top, bottom, bottom)
+    return y
+
+
+def _two_views_of_an_input(x, c):
+    # Rotary on two column slices of a graph input, written back by the graph.
+    torch.ops.fxr_test.rot_(x[:, :4], x[:, 4:], c)
+    return x.sum()
+
+
 def _r(*shape: int) -> Callable[[], torch.Tensor]:
     return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
 
@@ -81,4 +106,11 @@ PROGRAMS = [
     Program("two views of one buffer", _two_views_one_buffer, lambda: (_r(3, 8)(),)),
     Program("residual chain", _residual_chain, lambda: (_r(4, 8)(), _r(4, 8)(), _r(8)())),
     Program("clone removed by Inductor", _clone_removed_by_inductor, lambda: (_r(4, 8)(),)),
+    Program(
+        "MLA rotary (reshaped q, unsqueezed k_pe)",
+        _mla_rotary,
+        lambda: (_r(5, 32)(), _r(32, 48)(), _r(32, 24)(), _r(5, 1, 8)()),
+    ),
+    Program("read from a disjoint view of the written buffer", _disjoint_read_view, lambda: (_r(4, 8)(),)),
+    Program("two views of an input, written back", _two_views_of_an_input, lambda: (_r(3, 8)(), _r(3, 4)())),
 ]

@@ -15,6 +15,7 @@ import torch.fx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
 import compare
+import convert
 import make_graphs
 
 LAYERS = 2  # the smallest stitched graph: one layer feeding the next
@@ -96,3 +97,9 @@ def test_compare_cli_json(capsys):
     (row,) = json.loads(capsys.readouterr().out)
     assert row["form"] == "v2" and row["methods"]["fxrewrite"]["af_left"] == 0
     assert set(row["methods"]["fxrewrite"]["split"]) >= {"encode", "engine", "apply", "total"}
+
+
+def test_convert_bench_runs(capsys):
+    assert convert.main(["--sizes", "300", "--forms", "v2,v1", "--repeat", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("native module: _core.") and len(lines) == 4

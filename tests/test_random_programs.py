@@ -706,21 +706,14 @@ BUG_NESTED_SCATTER_CLONE = Program(
 The v1 graph writes ``slice_2 = slice(slice(arg0_1, 0, 1, 4), 1, 1, 7)`` and
 scatters the result back with ``slice_scatter(slice_3, getitem_1, 1, 1, 7)``
 then ``slice_scatter_1 = slice_scatter(arg0_1, slice_scatter, 0, 1, 4)`` and
-``copy_(arg0_1, slice_scatter_1)``. fxrewrite does not see through the two
-scatters: it clones the written view ("node `slice_scatter_1` reads the old
-value after the call"; an as_strided span of 31 elements, reported as 72
-bytes) and keeps both scatters and the full write-back. Inductor's passes
-call the op on ``slice_2`` in place with no clone. One slice, or two along
-the same dim, is fine; v2 is fine.
+``copy_(arg0_1, slice_scatter_1)``. fxrewrite once did not see through the
+two scatters (the inner one's base, ``slice_3``, is a view made again after
+the call): it cloned the written view and kept both scatters and the full
+write-back, where Inductor's passes call the op on ``slice_2`` in place.
+Write-back chains are now matched through views made after the call.
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="fxrewrite keeps more clones than Inductor: v1 write to a view of a view of an input "
-    "(slices along two dims) is cloned instead of matched through the nested slice_scatter chain",
-)
 def test_regression_nested_view_scatter_is_not_cloned() -> None:
     cap = check_correct(BUG_NESTED_SCATTER_CLONE, False)
     check_clones(BUG_NESTED_SCATTER_CLONE, cap)

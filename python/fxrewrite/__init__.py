@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .fxir import load, save
     from .inductor_pass import ComposedPass, Pass, compose, pass_
     from .pipeline import rewrite
+    from .pre_pass import PrePass, pre_pass
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,8 @@ _LAZY = {
     "compose": "inductor_pass",
     "pass_": "inductor_pass",
     "rewrite": "pipeline",
+    "PrePass": "pre_pass",
+    "pre_pass": "pre_pass",
     "save": "fxir",
     "load": "fxir",
 }
@@ -54,12 +57,14 @@ __all__ = [
     "InternalError",
     "InvalidGraphError",
     "Pass",
+    "PrePass",
     "Report",
     "UnsupportedGraphError",
     "__version__",
     "compose",
     "load",
     "pass_",
+    "pre_pass",
     "rewrite",
     "save",
 ]

@@ -6,7 +6,14 @@ The engine runs here with the GIL released; everything else is Python.
 from typing import Any, final
 
 __version__: str
+
+#: The IR-only keyword of an auto_functionalized node listing the read
+#: arguments that shared memory with a written one before Inductor's
+#: ``remove_noop_ops`` (recorded by ``fxrewrite.pre_pass``).
+USER_ALIASED_READS: str
+
 __all__ = [
+    "USER_ALIASED_READS",
     "FileFormatError",
     "FxrewriteError",
     "Graph",

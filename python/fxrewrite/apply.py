@@ -18,6 +18,13 @@ import torch.fx
 from ._core import InternalError
 from .encode import Encoded
 
+#: The node meta key that makes Inductor compute a node in a buffer of its own
+#: at its place in the graph (``GraphLowering.run_node`` realizes it there),
+#: instead of lazily inside a later user's kernel. ``Realize`` edits set it.
+REALIZE_KEY = "inductor_realize_to_strides"
+
+_OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
 
 def _aten(qualname: str) -> Any:
     ns_name, overload = qualname.split(".", 1)
@@ -121,6 +128,8 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
             callee = body["callee"]
             if callee == "Getitem":
                 p.callee = operator.getitem
+            elif "Operator" in callee:
+                p.callee = _OPERATORS[callee["Operator"]]
             elif "Target" in callee:
                 p.callee = enc.targets[callee["Target"]]
             else:
@@ -154,12 +163,17 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
         elif kind == "Move":
             old(body["node"])
             old(body["before"])
+        elif kind == "Realize":
+            old(body["node"])
         else:
             raise InternalError(f"unknown plan edit {kind}")
 
     # 2. Apply with an undo log.
     undo: list[Any] = []
     to_erase: list[torch.fx.Node] = []
+    # (old value of a replaced node, the users moved to its replacement): the
+    # views among them now view the replacement's memory.
+    repointed: list[tuple[Any, list[torch.fx.Node]]] = []
     try:
         for e in edits:
             ((kind, body),) = e.items()
@@ -183,12 +197,17 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
                 n, before = old(body["node"]), old(body["before"])
                 undo.append(("move", n, n.next))
                 before.prepend(n)
+            elif kind == "Realize":
+                n = old(body["node"])
+                undo.append(("meta", n, n.meta.get(REALIZE_KEY)))
+                n.meta[REALIZE_KEY] = True
             elif kind == "Replace":
                 n = old(body["node"])
                 target = _materialise(ref(body["with"]), new_nodes)
                 saved = [(u, u.args, u.kwargs) for u in list(n.users)]
                 undo.append(("replace", saved))
                 n.replace_all_uses_with(target)
+                repointed.append((n.meta.get("val"), [u for u, _, _ in saved]))
             else:
                 to_erase.append(old(body["node"]))
         doomed = set(to_erase)
@@ -202,6 +221,10 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
     # Plan order erases users before what they use.
     for n in to_erase:
         graph.erase_node(n)
+    if repointed:
+        if not fake_mode_looked_up:
+            fake_mode = _fake_mode(graph)
+        _refresh_views(repointed, fake_mode)
 
 
 def _rollback(graph: torch.fx.Graph, undo: list[Any]) -> None:
@@ -213,8 +236,53 @@ def _rollback(graph: torch.fx.Graph, undo: list[Any]) -> None:
         elif entry[0] == "move":
             _, n, nxt = entry
             nxt.prepend(n)
+        elif entry[0] == "meta":
+            _, n, previous = entry
+            if previous is None:
+                n.meta.pop(REALIZE_KEY, None)
+            else:
+                n.meta[REALIZE_KEY] = previous
         else:
             graph.erase_node(entry[1])
+
+
+def _storage_of(v: Any) -> int | None:
+    if isinstance(v, torch.Tensor) and torch._C._has_storage(v):
+        return int(v.untyped_storage()._cdata)
+    return None
+
+
+def _refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: Any) -> None:
+    """Recomputes ``meta['val']`` of the views among re-pointed users (and
+    their views, transitively): a user whose value shared the replaced node's
+    storage is a view of it, and now views the replacement's memory.
+    Inductor's later passes read aliasing from ``meta['val']``; other users'
+    values (fresh tensors of unchanged shape) need nothing."""
+    if fake_mode is None:
+        return
+    for old_val, users in repointed:
+        old_storage = _storage_of(old_val)
+        if old_storage is None:
+            continue
+        stack = list(users)
+        seen: set[torch.fx.Node] = set()
+        while stack:
+            u = stack.pop()
+            if u in seen or u.op != "call_function":
+                continue
+            seen.add(u)
+            val = u.meta.get("val")
+            items = val if isinstance(val, list | tuple) else [val]
+            if not any(_storage_of(v) == old_storage for v in items):
+                continue
+            args, kwargs = torch.fx.node.map_arg((u.args, u.kwargs), lambda a: a.meta.get("val"))
+            try:
+                with fake_mode:
+                    u.meta["val"] = u.target(*args, **kwargs)
+            except Exception:  # best effort: Inductor's own update recomputes it
+                u.meta.pop("val", None)
+                continue
+            stack.extend(u.users)
 
 
 class _NewRef:

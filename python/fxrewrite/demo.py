@@ -77,12 +77,15 @@ class PassStats:
     found: int = 0
     remaining: int = 0
     clones: int = 0
+    #: ``copy_`` nodes left after the passes (input write-backs).
+    copies: int = 0
 
 
 @contextlib.contextmanager
 def measure_post_grad() -> Iterator[PassStats]:
     """Times Inductor's post-grad passes and counts auto_functionalized nodes
-    before and after, and the clones the passes leave."""
+    before and after, the clones the passes leave and the ``copy_`` nodes
+    left."""
     import torch._inductor.compile_fx as cfx
 
     stats = PassStats()
@@ -90,6 +93,9 @@ def measure_post_grad() -> Iterator[PassStats]:
 
     def clones(g: torch.fx.Graph) -> int:
         return sum(1 for n in g.nodes if n.target is torch.ops.aten.clone.default)
+
+    def copies(g: torch.fx.Graph) -> int:
+        return sum(1 for n in g.nodes if n.target is torch.ops.aten.copy_.default)
 
     def timed(gm: torch.fx.GraphModule, is_inference: bool) -> Any:
         before_af, before_clones = count_auto_functionalized(gm.graph), clones(gm.graph)
@@ -99,6 +105,7 @@ def measure_post_grad() -> Iterator[PassStats]:
         stats.found += before_af
         stats.remaining += count_auto_functionalized(gm.graph)
         stats.clones += clones(gm.graph) - before_clones
+        stats.copies += copies(gm.graph)
         return result
 
     cfx.post_grad_passes = timed

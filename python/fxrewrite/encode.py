@@ -27,6 +27,8 @@ import torch
 import torch.fx
 from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
+from ._core import USER_ALIASED_READS as USER_ALIASED_KWARG
+
 OPCODES = {
     "placeholder": 0,
     "get_attr": 1,
@@ -195,6 +197,7 @@ def encode(
     dtype_t, device_t, layout_t, memfmt_t = torch.dtype, torch.device, torch.layout, torch.memory_format
     node_t = torch.fx.Node
     opov_t = torch._ops.OpOverload
+    hop_t = torch._ops.HigherOrderOperator
 
     def value(v: Any) -> Any:
         if v is None or v.__class__ in (bool, int, float, str):
@@ -213,7 +216,7 @@ def encode(
             return (_T_LAYOUT, str(v).removeprefix("torch."))
         if isinstance(v, memfmt_t):
             return (_T_MEMFMT, str(v).removeprefix("torch."))
-        if isinstance(v, opov_t):
+        if isinstance(v, opov_t | hop_t):
             return (_T_TARGET, intern(v, "call_function"))
         if isinstance(v, bool | int | float | str):
             return v
@@ -233,6 +236,9 @@ def encode(
         op = n.op
         meta = n.meta
         tid = intern(n.target, op)
+        kwargs = tuple((k, value(v)) for k, v in n.kwargs.items())
+        if USER_ALIASED_META in meta:
+            kwargs += _user_aliased_reads(n)
         if some_meta and op == "call_function":
             while len(wants) <= tid:
                 wants.append(_operands_need_meta(target_objs[len(wants)]))
@@ -244,7 +250,7 @@ def encode(
                 n.name,
                 tid,
                 tuple(value(a) for a in n.args),
-                tuple((k, value(v)) for k, v in n.kwargs.items()),
+                kwargs,
                 _meta(meta.get("val")) if all_meta else None,
                 _source_line(meta.get("stack_trace")) if with_sources else None,
             )
@@ -253,6 +259,24 @@ def encode(
         t = nodes_out[i]
         nodes_out[i] = (*t[:5], _meta(fx_nodes[i].meta.get("val")), t[6])
     return Encoded((targets, nodes_out), fx_nodes, target_objs)
+
+
+#: The pre pass's ``node.meta`` key (``fxrewrite.pre_pass``), and the IR-only
+#: keyword that carries it to the engine (``rust/forms/call.rs``).
+USER_ALIASED_META = "fxrewrite_user_aliased_reads"
+
+
+def _user_aliased_reads(n: torch.fx.Node) -> tuple[tuple[str, Any], ...]:
+    """The read arguments the pre pass saw aliased with a written one and
+    that still hold the same nodes; a later pass that changed an argument
+    voids its record."""
+    names = []
+    for arg, recorded in n.meta[USER_ALIASED_META].items():
+        value = n.kwargs.get(arg)
+        nodes = value if isinstance(value, list | tuple) else [value]
+        if tuple(getattr(x, "name", None) for x in nodes) == tuple(recorded):
+            names.append(arg)
+    return ((USER_ALIASED_KWARG, (_T_LIST, names)),) if names else ()
 
 
 def _operands_need_meta(target: Any) -> bool:

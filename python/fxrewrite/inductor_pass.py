@@ -97,6 +97,44 @@ def _trace(report: Report) -> None:
         return
 
 
+def _mark_fake_tensors_current(graph: torch.fx.Graph) -> bool:
+    """Tells the ``FakeTensorUpdater`` of the running ``post_grad_passes``
+    that every node's ``meta['val']`` is current. Returns whether it was found.
+
+    Why: right after the custom post pass, Inductor re-runs fake propagation
+    on every node whose target or arguments changed, and then on their
+    users, transitively. torch 2.15's sameness test (`_is_fake_tensor_same`)
+    never accepts a recomputed tensor as unchanged when it checks storage, so
+    the update spreads to everything downstream of a rewritten call: about
+    70% of a decoder's nodes, for nothing. fxrewrite already gives every node
+    it touches the value fake propagation gives: inserted nodes are computed
+    on fake tensors, the views of re-pointed results are recomputed by the
+    applier (they now view the written buffer), and the other re-pointed
+    users keep their shapes and fresh storages. What is left is to say so:
+    the updater lives in a local of ``post_grad_passes``, found on the stack.
+    Where it is not found (another torch, a direct call) Inductor recomputes
+    as before.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "post_grad_passes":
+            updater = frame.f_locals.get("fake_tensor_updater")
+            if updater is not None and getattr(getattr(updater, "gm", None), "graph", None) is graph:
+                hashes = getattr(updater, "processed_hashes", None)
+                tracked = getattr(updater, "tracked_node_ids", None)
+                if hashes is None or tracked is None or not hasattr(updater, "hash_node"):
+                    return False
+                for node in graph.nodes:
+                    hashes.add(updater.hash_node(node))
+                    tracked.add(id(node))
+                return True
+            return False
+        frame = frame.f_back
+    return False
+
+
 class Pass(CustomGraphPass):
     """fxrewrite as an Inductor post-grad pass.
 
@@ -121,6 +159,8 @@ class Pass(CustomGraphPass):
         # Shows up in torch's compile-time accounting (tlparse, compile events).
         with _timed("fxrewrite_pass"):
             report = rewrite(graph, strict=self._strict())
+            if report.found and not report.error:
+                _mark_fake_tensors_current(graph)
         if save_dir:
             _save(graph, save_dir, f"{stem}-after")
         _trace(report)

@@ -45,6 +45,10 @@ class Report:
     nodes: int = 0
     decisions: list[Decision] = field(default_factory=list)
     writebacks_removed: int = 0
+    #: Nodes marked to be computed where they stand, because an in-place call
+    #: after them writes memory they read (Inductor would otherwise compute
+    #: them lazily, after the write).
+    realized: int = 0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -66,7 +70,12 @@ class Report:
             )
             for d in data["decisions"]
         ]
-        return cls(nodes=data["nodes"], decisions=decisions, writebacks_removed=data["writebacks_removed"])
+        return cls(
+            nodes=data["nodes"],
+            decisions=decisions,
+            writebacks_removed=data["writebacks_removed"],
+            realized=data.get("realized", 0),
+        )
 
     @property
     def found(self) -> int:
@@ -125,7 +134,7 @@ class Report:
             f"fxrewrite: {self.found} auto_functionalized nodes: {self.reinplaced} re-inplaced, "
             f"{self.cloned} with clones ({len(self.clones)} clones, {self.bytes_copied} bytes), "
             f"{len(self.left)} left, {self.moved} readers moved, "
-            f"{self.writebacks_removed} write-backs removed"
+            f"{self.writebacks_removed} write-backs removed, {self.realized} early readers realized"
         )
 
     def to_dict(self) -> dict[str, Any]:

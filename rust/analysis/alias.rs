@@ -41,8 +41,35 @@ pub enum ViewStep {
         /// Storage offset.
         offset: i64,
     },
+    /// `view` / `reshape` to `shape`, proven a view (the result shares its
+    /// source's storage in the traced program). Views of one memory reshaped
+    /// to one shape address the same elements: reshape follows row-major
+    /// element order.
+    Reshape {
+        /// The new sizes.
+        shape: Vec<Dim>,
+    },
+    /// `unsqueeze(dim)`, dim normalised.
+    Unsqueeze {
+        /// The new size-1 dimension.
+        dim: i64,
+    },
+    /// `squeeze(dim)` of a size-1 dimension, dim normalised.
+    Squeeze {
+        /// The dimension removed.
+        dim: i64,
+    },
     /// A view the engine does not model; equal only to itself.
     Opaque(NodeId),
+}
+
+/// One size in a [`ViewStep::Reshape`]: a number, or the SymInt a node holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A static size.
+    Int(i64),
+    /// A symbolic size: the value of this node.
+    Sym(NodeId),
 }
 
 /// How a node's value relates to the memory of other nodes.
@@ -287,7 +314,40 @@ fn view_step(
             if same_shape {
                 (None, false)
             } else {
-                opaque
+                match reshape_step(graph, node_id, src, arg(node, schema, 1)) {
+                    Some(step) => (Some(step), false),
+                    None => opaque,
+                }
+            }
+        }
+        "aten::unsqueeze.default" => {
+            let Some(Some(dim)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
+            let dim = if dim >= 0 {
+                Some(dim)
+            } else {
+                meta_rank(graph, src)
+                    .map(|r| dim + r + 1)
+                    .filter(|d| *d >= 0)
+            };
+            match dim {
+                Some(dim) => (Some(ViewStep::Unsqueeze { dim }), false),
+                None => opaque,
+            }
+        }
+        "aten::squeeze.dim" => {
+            let Some(Some(dim)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
+            match norm_dim(graph, src, dim) {
+                // Squeezing a dimension that is not of size 1 is the identity.
+                Some(d) if meta_size(graph, src, d).is_some_and(|s| s != 1) => (None, false),
+                // Of size 1, or unknown: either way the same step on the same
+                // memory gives the same elements, and after `unsqueeze(d)` the
+                // size is 1 (see `Geometry::then`).
+                Some(d) => (Some(ViewStep::Squeeze { dim: d }), false),
+                None => opaque,
             }
         }
         "aten::expand.default"
@@ -296,6 +356,33 @@ fn view_step(
         | "aten::unfold.default" => (Some(ViewStep::Opaque(node_id)), true),
         _ => opaque,
     }
+}
+
+/// The step of `reshape(src, shape)`, when the traced program proves it a
+/// view: the result shares `src`'s storage. A reshape that had to copy gets
+/// no step (it is then opaque, never a modelled view).
+fn reshape_step(
+    graph: &Graph,
+    node: NodeId,
+    src: NodeId,
+    shape: Option<Value>,
+) -> Option<ViewStep> {
+    let storage = |n: NodeId| graph.node(n).meta.as_ref().and_then(|m| m.storage);
+    if storage(node)? != storage(src)? {
+        return None;
+    }
+    let dims = match shape? {
+        Value::List(items) | Value::Tuple(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) if *i >= 0 => Some(Dim::Int(*i)),
+                Value::Node(n) => Some(Dim::Sym(*n)),
+                _ => None,
+            })
+            .collect::<Option<Vec<Dim>>>()?,
+        _ => return None,
+    };
+    Some(ViewStep::Reshape { shape: dims })
 }
 
 /// The step selecting item `item` of a list-returning view (`split`,
@@ -556,11 +643,52 @@ impl Geometry {
     #[must_use]
     pub fn then(&self, step: &ViewStep) -> Geometry {
         let mut g = self.clone();
-        if matches!(step, ViewStep::AsStrided { .. }) {
-            g.steps.clear();
+        match (g.steps.last(), step) {
+            (_, ViewStep::AsStrided { .. }) => g.steps.clear(),
+            // Squeezing the dimension just added gives the view back.
+            (Some(ViewStep::Unsqueeze { dim: a }), ViewStep::Squeeze { dim: b }) if a == b => {
+                g.steps.pop();
+                return g;
+            }
+            // Both are views of one memory in row-major order: the last
+            // shape alone defines the elements.
+            (Some(ViewStep::Reshape { .. }), ViewStep::Reshape { .. }) => {
+                g.steps.pop();
+            }
+            _ => {}
         }
         g.steps.push(step.clone());
         g
+    }
+
+    /// True when the two views provably touch disjoint elements: after a
+    /// common prefix of steps, the next steps select disjoint ranges of one
+    /// dimension (whatever follows them).
+    #[must_use]
+    pub fn provably_disjoint(&self, other: &Geometry) -> bool {
+        if self.root != other.root {
+            return false;
+        }
+        let k = self
+            .steps
+            .iter()
+            .zip(&other.steps)
+            .take_while(|(x, y)| x == y)
+            .count();
+        match (self.steps.get(k), other.steps.get(k)) {
+            (Some(_), Some(y)) => {
+                let mine = Geometry {
+                    root: self.root,
+                    steps: self.steps[..=k].to_vec(),
+                };
+                let theirs = Geometry {
+                    root: other.root,
+                    steps: [&self.steps[..k], std::slice::from_ref(y)].concat(),
+                };
+                mine.disjoint_from(&theirs)
+            }
+            _ => false,
+        }
     }
 
     /// True when the two views provably touch disjoint elements: the same
@@ -639,6 +767,39 @@ mod tests {
         assert!(s0.disjoint_from(&s1));
         assert!(!s0.disjoint_from(&s0));
         assert!(!a.disjoint_from(&g(1, b.steps.clone())));
+    }
+
+    #[test]
+    fn squeeze_undoes_unsqueeze_and_reshapes_collapse() {
+        let slice = ViewStep::Slice {
+            dim: 1,
+            start: 16,
+            end: 24,
+            step: 1,
+        };
+        let base = g(0, vec![slice.clone()]);
+        let round_trip = base
+            .then(&ViewStep::Unsqueeze { dim: 1 })
+            .then(&ViewStep::Squeeze { dim: 1 });
+        assert_eq!(round_trip, base);
+        // Another dimension is another view.
+        let other = base
+            .then(&ViewStep::Unsqueeze { dim: 1 })
+            .then(&ViewStep::Squeeze { dim: 0 });
+        assert_ne!(other, base);
+        let shape = |v: &[i64]| ViewStep::Reshape {
+            shape: v.iter().map(|&d| Dim::Int(d)).collect(),
+        };
+        let twice = g(0, vec![])
+            .then(&shape(&[5, 2, 24]))
+            .then(&shape(&[10, 24]));
+        assert_eq!(twice, g(0, vec![shape(&[10, 24])]));
+        // A reshape after a slice is not merged with one before it.
+        let sliced = g(0, vec![])
+            .then(&shape(&[5, 2, 24]))
+            .then(&slice)
+            .then(&shape(&[80]));
+        assert_eq!(sliced.steps.len(), 3);
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! The invariants above are checked once, by [`validate::validate`], on every
 //! graph that comes from outside (Python or a file); the engine relies on them.
 
-pub mod apply;
 pub mod io;
 pub mod schema;
 pub mod show;

@@ -87,7 +87,7 @@ impl PyGraph {
         let (out, plan) = py
             .detach(|| -> crate::Result<_> {
                 let plan = crate::engine::plan(graph)?;
-                let out = crate::ir::apply::apply_plan(graph, &plan)?;
+                let out = crate::plan::apply::apply_plan(graph, &plan)?;
                 Ok((out, plan))
             })
             .map_err(errors::to_py)?;
@@ -127,7 +127,7 @@ fn engine_fingerprint() -> String {
     format!(
         "{}:{}",
         crate::ENGINE_VERSION,
-        crate::rules::rule_names().join(",")
+        crate::forms::form_names().join(",")
     )
 }
 
@@ -137,5 +137,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
+    m.add("USER_ALIASED_READS", crate::forms::call::USER_ALIASED_READS)?;
     Ok(())
 }

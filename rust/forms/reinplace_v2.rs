@@ -4,30 +4,24 @@
 //! regenerated on its base exactly as torch's own dense implementation does.
 
 use super::call::{
-    collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall,
-    ResultSlot, ViewOfBuffer, WrittenArg,
+    collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
+    CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
 };
-use super::{Outcome, Rule};
-use crate::engine::Context;
+use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
 
 /// The rule value.
 pub struct ReinplaceV2;
 
-impl Rule for ReinplaceV2 {
+impl Form for ReinplaceV2 {
     fn name(&self) -> &'static str {
         "reinplace_v2"
     }
 
-    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
-        graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
-    }
-
-    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
-        match parse(cx.graph(), node) {
-            Ok(call) => cx.rewrite_mutation(&call, self.name(), false),
-            Err(reason) => Outcome::Left(reason),
-        }
+    fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
+        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+            && !mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out);
+        mine.then(|| parse(graph, node).map(FormCall::Mutation))
     }
 }
 
@@ -101,7 +95,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             .collect::<Result<_, _>>()?,
         _ => return Err("missing _all_bases".into()),
     };
-    let mut used: Vec<String> = vec!["_all_bases".into()];
+    let mut used: Vec<String> = vec!["_all_bases".into(), USER_ALIASED_READS.into()];
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut buffer_of_base: Vec<Option<usize>> = vec![None; bases.len()];
     let mut written: Vec<WrittenArg> = Vec::new();
@@ -125,7 +119,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     for a in &schema.args {
         if !a.is_written() {
             match n.kwarg(&a.name) {
-                Some(v) => collect_nodes(v, &mut read_nodes),
+                Some(v) => collect_nodes(&a.name, v, &mut read_nodes),
                 None => return Err(format!("missing argument '{}'", a.name)),
             }
             used.push(a.name.clone());
@@ -220,5 +214,6 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         results,
         return_aliases,
         read_nodes,
+        user_aliased_reads: user_aliased_reads(graph, node),
     })
 }

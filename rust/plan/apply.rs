@@ -23,10 +23,10 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg, SchemaReturn};
-use super::validate::validate;
-use super::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, Value};
 use crate::error::{Error, Result};
+use crate::ir::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg, SchemaReturn};
+use crate::ir::validate::validate;
+use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, Value};
 use crate::plan::{Callee, Edit, MetaSource, Plan, PlanArg, ValueRef};
 
 /// Applies `plan` to `graph` and returns the rewritten graph. `graph` is not
@@ -84,7 +84,7 @@ fn operands(node: &Node) -> BTreeSet<usize> {
 
 // ----- pass 1: the check ------------------------------------------------------
 
-fn old(graph: &Graph, n: super::NodeId) -> Result<usize> {
+fn old(graph: &Graph, n: NodeId) -> Result<usize> {
     if n.idx() < graph.len() {
         Ok(n.idx())
     } else {
@@ -149,7 +149,7 @@ fn check_callee(graph: &Graph, callee: &Callee, at: u32) -> Result<()> {
                 Err(internal(at, format!("plan calls unknown operator {name}")))
             }
         }
-        Callee::Getitem => Ok(()),
+        Callee::Getitem | Callee::Operator(_) => Ok(()),
     }
 }
 
@@ -239,6 +239,9 @@ fn check(graph: &Graph, plan: &Plan, original_users: &[BTreeSet<usize>]) -> Resu
             Edit::Move { node, before } => {
                 old(graph, *node)?;
                 old(graph, *before)?;
+            }
+            Edit::Realize { node } => {
+                old(graph, *node)?;
             }
         }
     }
@@ -379,6 +382,21 @@ impl<'g> Work<'g> {
                 });
                 Ok((TargetId(to_u32(self.targets.len() - 1)), short))
             }
+            Callee::Operator(op) => {
+                let name = format!("_operator.{op}");
+                let pos = match self.targets.iter().position(|t| t.name == name) {
+                    Some(p) => p,
+                    None => {
+                        self.targets.push(Target {
+                            name,
+                            kind: TargetKind::Other,
+                            schema: None,
+                        });
+                        self.targets.len() - 1
+                    }
+                };
+                Ok((TargetId(to_u32(pos)), (*op).to_string()))
+            }
             Callee::Getitem => {
                 let pos = match self
                     .targets
@@ -489,6 +507,11 @@ impl<'g> Work<'g> {
             Edit::Erase { node } => {
                 let n = self.resolve(ValueRef::Old(*node), node.0)?;
                 self.to_erase.push(n);
+            }
+            // A scheduling hint for Inductor; the IR has no place for it and
+            // the graph's values do not depend on it.
+            Edit::Realize { node } => {
+                self.resolve(ValueRef::Old(*node), node.0)?;
             }
         }
         Ok(())
@@ -1011,6 +1034,18 @@ pub fn aten_schema(name: &str) -> Option<OpSchema> {
                 inplace: true,
                 ..OpTags::default()
             },
+        ),
+        // sym_size.int(Tensor self, int dim) -> SymInt, and sym_stride alike
+        "aten::sym_size.int" | "aten::sym_stride.int" => (
+            vec![
+                sarg("self", Tensor, None, false),
+                sarg("dim", Other, None, false),
+            ],
+            vec![SchemaReturn {
+                ty: Other,
+                alias: None,
+            }],
+            OpTags::default(),
         ),
         _ => return None,
     };

@@ -8,6 +8,8 @@
 //! replaced), and every erased node has no users left once the edits before it
 //! are applied.
 
+pub mod apply;
+
 use serde::Serialize;
 
 use crate::ir::{NodeId, TargetId};
@@ -34,6 +36,9 @@ pub enum Callee {
     Aten(&'static str),
     /// `operator.getitem`.
     Getitem,
+    /// A Python `operator` function on integers or SymInts (`add`, `sub`,
+    /// `mul`): run-time sizes of symbolic shapes.
+    Operator(&'static str),
 }
 
 /// An argument of an inserted node.
@@ -126,6 +131,14 @@ pub enum Edit {
         /// The node erased.
         node: NodeId,
     },
+    /// Make Inductor compute `node` in a buffer of its own where it stands,
+    /// instead of lazily inside the kernels of its users (which may run
+    /// after a mutation it must precede). On a live graph this sets
+    /// `meta["inductor_realize_to_strides"]`; it changes no value.
+    Realize {
+        /// The node to materialise.
+        node: NodeId,
+    },
 }
 
 /// What happened to one auto_functionalized node.
@@ -209,6 +222,9 @@ pub struct Report {
     /// Input write-backs (`copy_(input, value)`) that became self-copies and
     /// were removed.
     pub writebacks_removed: usize,
+    /// Nodes marked to be computed where they stand because an in-place call
+    /// after them writes memory they read ([`Edit::Realize`]).
+    pub realized: usize,
 }
 
 impl Report {

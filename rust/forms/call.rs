@@ -1,6 +1,5 @@
-//! The form-independent description of one auto_functionalized node that the
-//! v1 and v2 rules parse their node into, and that the engine's safety
-//! analysis plans from.
+//! The form-independent descriptions of an auto_functionalized node that the
+//! forms parse a node into, and that the engine plans from.
 
 use crate::ir::{Graph, NodeId, OpSchema, TargetId, TargetKind, Value};
 
@@ -89,8 +88,38 @@ pub struct MutationCall {
     /// For each operator return, the written argument it aliases
     /// (`-> Tensor(a!)`), if any.
     pub return_aliases: Vec<Option<usize>>,
-    /// Nodes passed as read-only arguments (aliasing checks).
-    pub read_nodes: Vec<NodeId>,
+    /// Nodes passed as read-only arguments, with the argument's name
+    /// (aliasing checks).
+    pub read_nodes: Vec<(String, NodeId)>,
+    /// Read arguments that already shared memory with a written argument in
+    /// the user's program (recorded before Inductor's `remove_noop_ops`, see
+    /// [`USER_ALIASED_READS`]): the kernel saw aliased memory in eager too.
+    pub user_aliased_reads: Vec<String>,
+}
+
+/// A parsed out= call (`Tag.out` operator in the v2 form): fresh buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutCall {
+    /// The auto_functionalized node.
+    pub node: NodeId,
+    /// The operator.
+    pub op: TargetId,
+    /// Schema arguments: name, keyword-only, and for written ones the keys of
+    /// size, stride, dtype and device.
+    pub args: Vec<(String, bool, Option<[String; 4]>)>,
+    /// For each return, the written argument (in written order) it aliases.
+    pub return_buffers: Vec<Option<usize>>,
+    /// Number of operator returns.
+    pub n_returns: usize,
+}
+
+/// What a form parses a node into.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FormCall {
+    /// A mutating call (v1 or v2): the shared safety analysis plans it.
+    Mutation(MutationCall),
+    /// An out= call: fresh buffers, no safety analysis.
+    Out(OutCall),
 }
 
 /// The mutating operator of an auto_functionalized node and its schema, or
@@ -107,7 +136,10 @@ pub fn mutable_op(graph: &Graph, node: NodeId) -> Result<(TargetId, &OpSchema), 
     match (target.kind, target.schema.as_ref()) {
         (TargetKind::Operator, Some(schema)) => Ok((*t, schema)),
         (TargetKind::HigherOrder, _) => Err(format!(
-            "mutating higher-order operator {} is not supported",
+            "the mutating callee is the higher-order operator {} (for `invoke_subgraph`, a \
+             nested_compile_region that mutates its argument): rewriting it in place would \
+             mean rewriting its subgraph, so it is left to Inductor, which copies the mutated \
+             arguments",
             target.name
         )),
         _ => Err(format!(
@@ -134,7 +166,28 @@ pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
         .collect()
 }
 
-/// Collects the node operands of a read-only value.
-pub fn collect_nodes(v: &Value, out: &mut Vec<NodeId>) {
-    v.for_each_node(&mut |n| out.push(n));
+/// Collects the node operands of read-only argument `name`.
+pub fn collect_nodes(name: &str, v: &Value, out: &mut Vec<(String, NodeId)>) {
+    v.for_each_node(&mut |n| out.push((name.to_string(), n)));
+}
+
+/// The keyword under which the encoder passes the read arguments of an
+/// auto_functionalized node that shared memory with a written argument
+/// before Inductor's `remove_noop_ops` ran (`fxrewrite.pre_pass`). It exists
+/// only in the IR, never on the FX node.
+pub const USER_ALIASED_READS: &str = "_fxrewrite_user_aliased_reads";
+
+/// The names listed under [`USER_ALIASED_READS`], when present.
+#[must_use]
+pub fn user_aliased_reads(graph: &Graph, node: NodeId) -> Vec<String> {
+    match graph.node(node).kwarg(USER_ALIASED_READS) {
+        Some(Value::List(items) | Value::Tuple(items)) => items
+            .iter()
+            .filter_map(|v| match v {
+                Value::Str(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }

@@ -6,30 +6,23 @@
 //! rotary-embedding-on-split-qkv case where Inductor keeps one clone per slice.
 
 use super::call::{
-    collect_nodes, mutable_op, return_alias_args, return_slots, Buffer, CallArg, MutationCall,
-    ResultSlot, ViewOfBuffer, WrittenArg,
+    collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
+    CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
 };
-use super::{Outcome, Rule};
-use crate::engine::Context;
+use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
 
 /// The rule value.
 pub struct ReinplaceV1;
 
-impl Rule for ReinplaceV1 {
+impl Form for ReinplaceV1 {
     fn name(&self) -> &'static str {
         "reinplace_v1"
     }
 
-    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
-        graph.target_of(node).kind == TargetKind::AutoFunctionalized
-    }
-
-    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
-        match parse(cx.graph(), node) {
-            Ok(call) => cx.rewrite_mutation(&call, self.name(), true),
-            Err(reason) => Outcome::Left(reason),
-        }
+    fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
+        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalized;
+        mine.then(|| parse(graph, node).map(FormCall::Mutation))
     }
 }
 
@@ -48,7 +41,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     if let Some((k, _)) = n
         .kwargs
         .iter()
-        .find(|(k, _)| !schema.args.iter().any(|a| &a.name == k))
+        .find(|(k, _)| k != USER_ALIASED_READS && !schema.args.iter().any(|a| &a.name == k))
     {
         return Err(format!(
             "unknown auto_functionalized argument '{k}' (graph from a newer torch?)"
@@ -78,7 +71,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             return Err(format!("missing argument '{}'", a.name));
         };
         if !a.is_written() {
-            collect_nodes(v, &mut read_nodes);
+            collect_nodes(&a.name, v, &mut read_nodes);
             call_args.push((a.name.clone(), a.kwarg_only, CallArg::Kwarg(a.name.clone())));
             continue;
         }
@@ -147,5 +140,6 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         results,
         return_aliases,
         read_nodes,
+        user_aliased_reads: user_aliased_reads(graph, node),
     })
 }

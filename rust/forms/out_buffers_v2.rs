@@ -4,29 +4,22 @@
 //! the rewrite allocates them with `empty_strided` and calls the operator on
 //! them. A fresh buffer has no other reader, so no safety analysis is needed.
 
-use super::call::mutable_op;
-use super::{Outcome, Rule};
-use crate::engine::{Context, OutCall};
+use super::call::{mutable_op, OutCall, USER_ALIASED_READS};
+use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
 
 /// The rule value.
 pub struct OutBuffersV2;
 
-impl Rule for OutBuffersV2 {
+impl Form for OutBuffersV2 {
     fn name(&self) -> &'static str {
         "out_buffers_v2"
     }
 
-    fn matches(&self, graph: &Graph, node: NodeId) -> bool {
-        graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
-            && mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out)
-    }
-
-    fn plan(&self, cx: &mut Context<'_>, node: NodeId) -> Outcome {
-        match parse(cx.graph(), node) {
-            Ok(call) => cx.rewrite_out_call(&call, self.name()),
-            Err(reason) => Outcome::Left(reason),
-        }
+    fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
+        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+            && mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out);
+        mine.then(|| parse(graph, node).map(FormCall::Out))
     }
 }
 
@@ -58,7 +51,11 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
             args.push((a.name.clone(), a.kwarg_only, None));
         }
     }
-    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
+    if let Some((k, _)) = n
+        .kwargs
+        .iter()
+        .find(|(k, _)| !used.contains(k) && k != USER_ALIASED_READS)
+    {
         return Err(format!(
             "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"
         ));

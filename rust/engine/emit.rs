@@ -1,0 +1,510 @@
+//! Emission: the edits of a planned call (clones with their exact layout,
+//! regenerated views, the in-place call, result bindings) and of out= calls.
+
+use super::*;
+
+impl Context<'_> {
+    pub(super) fn insert(
+        &mut self,
+        before: NodeId,
+        callee: Callee,
+        args: Vec<PlanArg>,
+        kwargs: Vec<(String, PlanArg)>,
+        meta: MetaSource,
+    ) -> NewId {
+        let id = NewId(self.new_nodes);
+        self.new_nodes += 1;
+        self.edits.push(Edit::Insert {
+            id,
+            before,
+            callee,
+            args,
+            kwargs,
+            meta,
+            origin: before,
+        });
+        id
+    }
+
+    pub(super) fn replace(&mut self, node: NodeId, with: ValueRef) {
+        let with = match with {
+            ValueRef::Old(n) => self.resolve(n),
+            v @ ValueRef::New(_) => v,
+        };
+        self.replaced.insert(node, with);
+        self.edits.push(Edit::Replace { node, with });
+    }
+
+    pub(super) fn erase(&mut self, node: NodeId) {
+        self.edits.push(Edit::Erase { node });
+    }
+
+    /// Emits a copy of `base` (the value of `node`) with exactly its size,
+    /// stride and storage offset, as torch's `clone_preserve_strides` does:
+    /// the storage is copied as a flat 1-d buffer and viewed back with the
+    /// original layout. A plain `clone` is not enough: Inductor picks the
+    /// clone's strides itself (any stride for a size-1 dimension), and real
+    /// kernels read raw strides. Symbolic sizes and strides are read at run
+    /// time with `sym_size` / `sym_stride`. The caller has checked
+    /// [`clone_layout`].
+    pub(super) fn exact_clone(&mut self, af: NodeId, base: ValueRef, node: NodeId) -> NewId {
+        let (size, stride, offset, needed) =
+            match clone_layout(self.graph, self.layout_source(node)) {
+                Ok(CloneLayout::Static {
+                    size,
+                    stride,
+                    offset,
+                }) => {
+                    let needed = required_storage(&size, &stride, offset);
+                    (
+                        PlanArg::IntList(size),
+                        PlanArg::IntList(stride),
+                        PlanArg::Int(offset),
+                        PlanArg::Int(needed),
+                    )
+                }
+                Ok(CloneLayout::Symbolic { rank, offset }) => {
+                    self.symbolic_layout(af, base, rank, offset)
+                }
+                // Unreachable after `unclonable`; a plain clone keeps the values.
+                Err(_) => {
+                    return self.insert(
+                        af,
+                        Callee::Aten("aten::clone.default"),
+                        vec![PlanArg::Ref(base)],
+                        vec![],
+                        MetaSource::Compute,
+                    )
+                }
+            };
+        let flat = self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![
+                PlanArg::Ref(base),
+                match needed {
+                    PlanArg::Int(n) => PlanArg::IntList(vec![n]),
+                    symbolic => PlanArg::List(vec![symbolic]),
+                },
+                PlanArg::IntList(vec![1]),
+                PlanArg::Int(0),
+            ],
+            vec![],
+            MetaSource::Compute,
+        );
+        let copy = self.insert(
+            af,
+            Callee::Aten("aten::clone.default"),
+            vec![PlanArg::Ref(ValueRef::New(flat))],
+            vec![],
+            MetaSource::Compute,
+        );
+        self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
+            vec![],
+            MetaSource::Compute,
+        )
+    }
+
+    /// Sizes, strides, storage offset and required storage length of `base`
+    /// as run-time values: `sym_size` / `sym_stride` per dimension and the
+    /// `offset + 1 + sum((size - 1) * stride)` of
+    /// `torch._prims_common.compute_required_storage_length`. Symbolic
+    /// dimensions are at least 2 under Inductor's shape environment, so the
+    /// zero-size case of that function cannot arise for them.
+    pub(super) fn symbolic_layout(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        rank: u32,
+        offset: i64,
+    ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
+        let mut sizes = Vec::new();
+        let mut strides = Vec::new();
+        let mut needed = PlanArg::Int(offset + 1);
+        for d in 0..i64::from(rank) {
+            let query = |cx: &mut Self, op: &'static str| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Aten(op),
+                    vec![PlanArg::Ref(base), PlanArg::Int(d)],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let size = query(self, "aten::sym_size.int");
+            let stride = query(self, "aten::sym_stride.int");
+            let arith = |cx: &mut Self, op: &'static str, a: PlanArg, b: PlanArg| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Operator(op),
+                    vec![a, b],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let last = arith(self, "sub", size.clone(), PlanArg::Int(1));
+            let extent = arith(self, "mul", last, stride.clone());
+            needed = arith(self, "add", needed, extent);
+            sizes.push(size);
+            strides.push(stride);
+        }
+        (
+            PlanArg::List(sizes),
+            PlanArg::List(strides),
+            PlanArg::Int(offset),
+            needed,
+        )
+    }
+
+    pub(super) fn emit_mutation(
+        &mut self,
+        call: &MutationCall,
+        rule: &'static str,
+        clone: &[Option<CloneNote>],
+        moved: &BTreeSet<NodeId>,
+        chains: &[BTreeMap<NodeId, (NodeId, bool)>],
+    ) {
+        let af = call.node;
+        let event = self.next_event;
+        self.next_event += 1;
+        for &m in moved {
+            self.edits.push(Edit::Move {
+                node: m,
+                before: af,
+            });
+        }
+        // Buffers: the real one, or a clone.
+        let mut buf_val: Vec<ValueRef> = Vec::with_capacity(call.buffers.len());
+        for (bi, b) in call.buffers.iter().enumerate() {
+            let base = self.resolve(b.node);
+            if clone[bi].is_none() {
+                buf_val.push(base);
+                continue;
+            }
+            let v = self.exact_clone(af, base, b.node);
+            buf_val.push(ValueRef::New(v));
+        }
+        // Written arguments, regenerated on their buffers.
+        let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
+        for w in &call.written {
+            let b = PlanArg::Ref(buf_val[w.buffer]);
+            let kw = |k: &String| PlanArg::FromKwarg {
+                node: af,
+                key: k.clone(),
+            };
+            let v = match &w.view {
+                ViewOfBuffer::Whole => buf_val[w.buffer],
+                ViewOfBuffer::Alias => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::alias.default"),
+                    vec![b],
+                    vec![],
+                    MetaSource::Compute,
+                )),
+                ViewOfBuffer::Slice { keys } => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::slice.Tensor"),
+                    vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
+                    vec![],
+                    MetaSource::Compute,
+                )),
+                ViewOfBuffer::AsStrided { keys } => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::as_strided.default"),
+                    vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
+                    vec![],
+                    MetaSource::Compute,
+                )),
+            };
+            arg_val.push(v);
+        }
+        // The in-place call itself: positional where the schema allows it
+        // (Inductor's lowering mishandles some keyword spellings, e.g. `out`).
+        let mut args = Vec::new();
+        let mut kwargs = Vec::new();
+        for (name, kwarg_only, a) in &call.call_args {
+            let pa = match a {
+                CallArg::Kwarg(k) => PlanArg::FromKwarg {
+                    node: af,
+                    key: k.clone(),
+                },
+                CallArg::Written(w) => PlanArg::Ref(arg_val[*w]),
+                CallArg::WrittenList(items) => PlanArg::List(
+                    items
+                        .iter()
+                        .map(|i| i.map_or(PlanArg::None, |w| PlanArg::Ref(arg_val[w])))
+                        .collect(),
+                ),
+                CallArg::None => PlanArg::None,
+            };
+            if *kwarg_only {
+                kwargs.push((name.clone(), pa));
+            } else {
+                args.push(pa);
+            }
+        }
+        let n_returns = call.return_aliases.len();
+        let meta = match n_returns {
+            0 => MetaSource::Nothing,
+            1 => MetaSource::AfOutput {
+                node: af,
+                index: Some(0),
+            },
+            k => MetaSource::AfOutputs {
+                node: af,
+                start: 0,
+                end: k,
+            },
+        };
+        let call_id = self.insert(af, Callee::Target(call.op), args, kwargs, meta);
+        // Results.
+        let mut binds: Vec<Bind> = Vec::with_capacity(call.results.len());
+        let buf_bind = |bi: usize| -> Bind {
+            if clone[bi].is_none() {
+                Bind::Buffer {
+                    node: call.buffers[bi].node,
+                    event,
+                }
+            } else {
+                Bind::Clone {
+                    key: (af, bi),
+                    of: call.buffers[bi].node,
+                }
+            }
+        };
+        for slot in &call.results {
+            binds.push(match slot {
+                ResultSlot::Return(i) => match call.return_aliases.get(*i).copied().flatten() {
+                    Some(w) => {
+                        let bi = call.written[w].buffer;
+                        match (&call.written[w].view, clone[bi].is_none()) {
+                            (ViewOfBuffer::Whole, _) => buf_bind(bi),
+                            (_, true) => Bind::Alias {
+                                node: call.buffers[bi].node,
+                                event,
+                            },
+                            (_, false) => Bind::Fresh,
+                        }
+                    }
+                    None => Bind::Fresh,
+                },
+                ResultSlot::Buffer(bi) => buf_bind(*bi),
+                ResultSlot::BufferList(items) => {
+                    Bind::List(items.iter().map(|i| i.map(buf_bind)).collect())
+                }
+            });
+        }
+        let users: Vec<NodeId> = self.uses.users(af).to_vec();
+        for u in users {
+            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                continue;
+            };
+            match &call.results[index] {
+                ResultSlot::Return(i) => {
+                    let v = match call.return_aliases.get(*i).copied().flatten() {
+                        Some(w) => arg_val[w],
+                        None if n_returns == 1 => ValueRef::New(call_id),
+                        None => ValueRef::New(self.insert(
+                            af,
+                            Callee::Getitem,
+                            vec![
+                                PlanArg::Ref(ValueRef::New(call_id)),
+                                PlanArg::Int(i64::try_from(*i).unwrap_or(0)),
+                            ],
+                            vec![],
+                            MetaSource::AfOutput {
+                                node: af,
+                                index: Some(*i),
+                            },
+                        )),
+                    };
+                    self.replace(u, v);
+                }
+                ResultSlot::Buffer(bi) => self.replace(u, buf_val[*bi]),
+                ResultSlot::BufferList(items) => {
+                    let list_users: Vec<NodeId> = self.uses.users(u).to_vec();
+                    for gu in list_users {
+                        if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
+                            if let Some(Some(bi)) = items.get(item) {
+                                self.replace(gu, buf_val[*bi]);
+                                self.erase(gu);
+                            }
+                        }
+                    }
+                    self.binds.insert(u, vec![binds[index].clone()]);
+                }
+            }
+            self.erase(u);
+        }
+        self.erase(af);
+        self.binds.insert(af, binds);
+        // v1 write-backs that became no-ops.
+        let mut scatters_removed = 0;
+        for c in chains {
+            for (&sc, &(base, _)) in c {
+                self.scatter_binds.insert(sc, (base, event));
+                self.replace(sc, ValueRef::Old(base));
+                self.erase(sc);
+                scatters_removed += 1;
+            }
+        }
+        let mut touched: Vec<usize> = Vec::new();
+        for (bi, b) in call.buffers.iter().enumerate() {
+            if clone[bi].is_none() {
+                let r = self.find(b.node);
+                if !touched.contains(&r) {
+                    touched.push(r);
+                }
+            }
+        }
+        for r in touched {
+            self.latest[r] = event;
+        }
+        let p = self.pos[af.idx()];
+        for (bi, b) in call.buffers.iter().enumerate() {
+            if clone[bi].is_none() {
+                self.writes.push((b.node, p));
+            }
+        }
+        let node = self.graph.node(af);
+        let clones: Vec<CloneNote> = clone.iter().flatten().cloned().collect();
+        self.report.decisions.push(NodeReport {
+            node: node.name.clone(),
+            op: self.graph.targets[call.op.idx()].name.clone(),
+            form: call.form,
+            rule,
+            action: if clones.is_empty() {
+                Action::Reinplaced
+            } else {
+                Action::Cloned
+            },
+            moved: moved
+                .iter()
+                .map(|m| self.graph.node(*m).name.clone())
+                .collect(),
+            clones,
+            scatters_removed,
+            reason: None,
+            source: node.source.clone(),
+        });
+    }
+
+    /// Plans an out= call: fresh buffers, no safety analysis needed.
+    pub fn rewrite_out_call(&mut self, call: &OutCall, rule: &'static str) -> Outcome {
+        let af = call.node;
+        let users: Vec<NodeId> = self.uses.users(af).to_vec();
+        if call.n_returns != 1 {
+            for &u in &users {
+                match self.roles[u.idx()] {
+                    Role::AfResult { index, .. } if index < call.n_returns => {}
+                    _ => {
+                        return Outcome::Left(format!(
+                            "node `{}` uses the result in an unexpected way",
+                            self.graph.node(u).name
+                        ))
+                    }
+                }
+            }
+        }
+        let mut bufs = Vec::new();
+        let mut args = Vec::new();
+        let mut kwargs = Vec::new();
+        for (name, kwarg_only, keys) in &call.args {
+            let pa = match keys {
+                Some(k) => {
+                    let kw = |s: &String| PlanArg::FromKwarg {
+                        node: af,
+                        key: s.clone(),
+                    };
+                    let b = self.insert(
+                        af,
+                        Callee::Aten("aten::empty_strided.default"),
+                        vec![kw(&k[0]), kw(&k[1])],
+                        vec![("dtype".into(), kw(&k[2])), ("device".into(), kw(&k[3]))],
+                        MetaSource::Compute,
+                    );
+                    bufs.push(b);
+                    PlanArg::Ref(ValueRef::New(b))
+                }
+                None => PlanArg::FromKwarg {
+                    node: af,
+                    key: name.clone(),
+                },
+            };
+            if *kwarg_only {
+                kwargs.push((name.clone(), pa));
+            } else {
+                args.push(pa);
+            }
+        }
+        let meta = match call.n_returns {
+            0 => MetaSource::Nothing,
+            1 => MetaSource::AfOutput {
+                node: af,
+                index: None,
+            },
+            k => MetaSource::AfOutputs {
+                node: af,
+                start: 0,
+                end: k,
+            },
+        };
+        let call_id = self.insert(af, Callee::Target(call.op), args, kwargs, meta);
+        let value_of = |i: usize| {
+            call.return_buffers
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|w| bufs.get(w))
+                .map(|b| ValueRef::New(*b))
+        };
+        if call.n_returns == 1 {
+            let v = value_of(0).unwrap_or(ValueRef::New(call_id));
+            self.replace(af, v);
+            self.binds.insert(af, vec![Bind::Tensor]);
+        } else {
+            for u in users {
+                let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                    continue;
+                };
+                let v = match value_of(index) {
+                    Some(v) => v,
+                    None => ValueRef::New(self.insert(
+                        af,
+                        Callee::Getitem,
+                        vec![
+                            PlanArg::Ref(ValueRef::New(call_id)),
+                            PlanArg::Int(i64::try_from(index).unwrap_or(0)),
+                        ],
+                        vec![],
+                        MetaSource::AfOutput {
+                            node: af,
+                            index: Some(index),
+                        },
+                    )),
+                };
+                self.replace(u, v);
+                self.erase(u);
+            }
+            self.binds.insert(af, vec![Bind::Fresh; call.n_returns]);
+        }
+        self.erase(af);
+        let node = self.graph.node(af);
+        self.report.decisions.push(NodeReport {
+            node: node.name.clone(),
+            op: self.graph.targets[call.op.idx()].name.clone(),
+            form: "v2",
+            rule,
+            action: Action::Reinplaced,
+            moved: vec![],
+            clones: vec![],
+            scatters_removed: 0,
+            reason: None,
+            source: node.source.clone(),
+        });
+        Outcome::Rewritten
+    }
+}

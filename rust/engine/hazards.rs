@@ -1,0 +1,150 @@
+//! Hazards of re-inplacing a call: readers of an older version of the
+//! written memory after the call, and the set of nodes that can move ahead of
+//! the call instead of cloning.
+
+use super::*;
+
+impl Context<'_> {
+    /// Readers after position `p` of versions of class `root` older than the
+    /// call being planned. Members whose last reader is already behind `p`
+    /// are dropped for good: later calls are further down the graph.
+    pub(super) fn hazards(
+        &mut self,
+        root: usize,
+        af: NodeId,
+        excluded: &HashSet<NodeId>,
+        cut: Option<(NodeId, i64)>,
+        written: Option<&[Geometry]>,
+    ) -> Vec<(NodeId, NodeId)> {
+        let p = self.pos[af.idx()];
+        let members = std::mem::take(&mut self.members[root]);
+        let mut kept = Vec::with_capacity(members.len());
+        let mut found: Vec<(NodeId, NodeId)> = Vec::new();
+        for m in members {
+            match self.last_read[m.idx()] {
+                Some(lr) if 2 * i64::from(lr) > p => {}
+                _ => continue,
+            }
+            kept.push(m);
+            let in_input_family = cut.is_some_and(|(input, _)| {
+                structural_root(&self.roles, m) == input && self.ver[m.idx()] == 0
+            });
+            let pos = &self.pos;
+            let this = &*self;
+            for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
+                // Readers after the write-back see the final value anyway; the
+                // write-back itself reads its source and counts.
+                let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] > c) && in_input_family;
+                if pos[r.idx()] > p
+                    && r != af
+                    && !excluded.contains(&r)
+                    && !after_cut
+                    && !found.iter().any(|(x, _)| *x == r)
+                {
+                    // A reader of a part of the buffer the call does not
+                    // write (the `v` of a split qkv) sees no change.
+                    let untouched = written.is_some_and(|ws| {
+                        let g = this.view_geometry(via, p);
+                        ws.iter().all(|w| w.provably_disjoint(&g))
+                    });
+                    if !untouched {
+                        found.push((r, m));
+                    }
+                }
+                true
+            });
+        }
+        self.members[root] = kept;
+        found
+    }
+
+    /// True when read argument `read` provably touches no element that the
+    /// call writes in buffer `b` (the other half of a `chunk`): the kernel
+    /// may then read it while writing the buffer in place.
+    pub(super) fn read_is_disjoint(&self, call: &MutationCall, b: usize, read: NodeId) -> bool {
+        let Some(written) = self.written_geometries(call, &[b]) else {
+            return false;
+        };
+        let g = self.view_geometry(read, self.pos[call.node.idx()]);
+        !written.is_empty() && written.iter().all(|w| w.provably_disjoint(&g))
+    }
+
+    /// Geometries of the regions the accepted buffers' written arguments
+    /// cover, or `None` when one of them is not modelled.
+    pub(super) fn written_geometries(
+        &self,
+        call: &MutationCall,
+        accepted: &[usize],
+    ) -> Option<Vec<Geometry>> {
+        let n = self.graph.node(call.node);
+        let mut out = Vec::new();
+        for w in call.written.iter().filter(|w| accepted.contains(&w.buffer)) {
+            let base = self.geometry(call.buffers[w.buffer].node);
+            out.push(match &w.view {
+                ViewOfBuffer::Whole | ViewOfBuffer::Alias => base,
+                ViewOfBuffer::Slice { keys } => {
+                    let get = |k: &String| n.kwarg(k).and_then(crate::ir::Value::as_int);
+                    let (dim, start, end) = (get(&keys[0])?, get(&keys[1])?, get(&keys[2])?);
+                    if dim < 0 || start < 0 || end < start {
+                        return None;
+                    }
+                    base.then(&ViewStep::Slice {
+                        dim,
+                        start,
+                        end,
+                        step: 1,
+                    })
+                }
+                ViewOfBuffer::AsStrided { .. } => return None,
+            });
+        }
+        Some(out)
+    }
+
+    pub(super) fn movable(&self, n: NodeId) -> bool {
+        let node = self.graph.node(n);
+        if node.op != OpCode::CallFunction || self.scatter_binds.contains_key(&n) {
+            return false;
+        }
+        let target = self.graph.target_of(n);
+        match (&self.roles[n.idx()], target.kind) {
+            (
+                Role::Fresh | Role::View { .. } | Role::MetaOnly | Role::Scatter { .. },
+                TargetKind::Operator,
+            ) => target
+                .schema
+                .as_ref()
+                .is_some_and(|s| !s.is_mutable() && !s.tags.nondeterministic),
+            (Role::Fresh | Role::View { .. }, TargetKind::Getitem) => true,
+            _ => false,
+        }
+    }
+
+    pub(super) fn closure(&self, n: NodeId, af: NodeId, set: &mut BTreeSet<NodeId>) -> bool {
+        let p = self.pos[af.idx()];
+        if self.pos[n.idx()] < p || set.contains(&n) {
+            return true;
+        }
+        if n == af || !self.movable(n) || set.len() >= MAX_MOVED {
+            return false;
+        }
+        set.insert(n);
+        let mut ops = Vec::new();
+        self.graph.node(n).for_each_operand(|o| ops.push(o));
+        ops.into_iter().all(|o| self.closure(o, af, set))
+    }
+
+    pub(super) fn plan_moves(
+        &self,
+        hazards: &[(NodeId, NodeId)],
+        af: NodeId,
+    ) -> std::result::Result<BTreeSet<NodeId>, NodeId> {
+        let mut set = BTreeSet::new();
+        for &(r, _) in hazards {
+            if !self.closure(r, af, &mut set) {
+                return Err(r);
+            }
+        }
+        Ok(set)
+    }
+}

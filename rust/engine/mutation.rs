@@ -1,0 +1,326 @@
+//! The shared safety analysis of a generic mutating call (v1 and v2):
+//! per written buffer, re-inplace, move readers, or clone, and why.
+
+use super::*;
+
+impl Context<'_> {
+    /// Plans a generic mutating call (v1 or v2): the shared safety analysis.
+    pub fn rewrite_mutation(
+        &mut self,
+        call: &MutationCall,
+        rule: &'static str,
+        v1: bool,
+    ) -> Outcome {
+        let af = call.node;
+        if let Err(reason) = self.check_users(call) {
+            return Outcome::Left(reason);
+        }
+        let nb = call.buffers.len();
+        let bytes: Vec<Option<u64>> = call
+            .buffers
+            .iter()
+            .map(|b| {
+                self.graph
+                    .node(b.node)
+                    .meta
+                    .as_ref()
+                    .and_then(crate::ir::TensorMeta::nbytes)
+            })
+            .collect();
+        let mut clone: Vec<Option<CloneNote>> = vec![None; nb];
+        let mut moved: BTreeSet<NodeId> = BTreeSet::new();
+        let mut chains: Vec<BTreeMap<NodeId, (NodeId, bool)>> = Vec::new();
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for b in 0..nb {
+            let node = call.buffers[b].node;
+            let r = self.find(node);
+            match groups.iter_mut().find(|(gr, _)| *gr == r) {
+                Some((_, v)) => v.push(b),
+                None => groups.push((r, vec![b])),
+            }
+        }
+        // A read argument that aliased a written one in the user's program
+        // (`foo(out, out)`) keeps its aliasing: eager ran the kernel on it.
+        let read_roots: Vec<(usize, NodeId)> = call
+            .read_nodes
+            .iter()
+            .filter(|(name, _)| !call.user_aliased_reads.contains(name))
+            .map(|&(_, n)| (self.find(n), n))
+            .collect();
+        for (root, bufs) in groups {
+            let mut accepted: Vec<usize> = Vec::new();
+            for &b in &bufs {
+                let buf = &call.buffers[b];
+                let label = buf.label.clone();
+                if self.overlapping_view(buf.node) {
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        "the written view may overlap itself (expand or zero stride)".into(),
+                        bytes[b],
+                    ));
+                } else if self
+                    .foreign
+                    .contains(&structural_root(&self.roles, buf.node))
+                {
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        "the buffer is also written by another in-place operator".into(),
+                        bytes[b],
+                    ));
+                } else if let Some((_, rn)) = read_roots
+                    .iter()
+                    .find(|(rr, rn)| *rr == root && !self.read_is_disjoint(call, b, *rn))
+                {
+                    let rname = self.graph.node(*rn).name.clone();
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        format!("read argument `{rname}` shares memory with it"),
+                        bytes[b],
+                    ));
+                } else if let Some(&other) = accepted.iter().find(|&&o| {
+                    !v1 || !self
+                        .geometry(call.buffers[o].node)
+                        .disjoint_from(&self.geometry(buf.node))
+                }) {
+                    let oname = call.buffers[other].label.clone();
+                    clone[b] = Some(Self::plain_note(
+                        &label,
+                        format!("shares memory with written `{oname}`"),
+                        bytes[b],
+                    ));
+                } else {
+                    accepted.push(b);
+                }
+            }
+            if accepted.is_empty() {
+                continue;
+            }
+            let inputs = self.inputs[root].clone();
+            let mut cut = None;
+            let mut refuse: Option<String> = None;
+            if inputs.len() > 1 {
+                refuse = Some("the buffer aliases several graph inputs".into());
+            } else if let Some(&x) = inputs.first() {
+                match self.writeback.get(&x) {
+                    Some(&c) if self.pos[c.idx()] > self.pos[af.idx()] => {
+                        cut = Some((x, self.pos[c.idx()]))
+                    }
+                    _ => {
+                        refuse = Some(format!(
+                            "graph input `{}` is not written back by the graph, so the caller's tensor must not change",
+                            self.graph.node(x).name
+                        ));
+                    }
+                }
+            }
+            if let Some(reason) = refuse {
+                for &b in &accepted {
+                    clone[b] = Some(Self::plain_note(
+                        &call.buffers[b].label,
+                        reason.clone(),
+                        bytes[b],
+                    ));
+                }
+                continue;
+            }
+            let chain = if v1 {
+                self.scatter_chain(call, &accepted, root)
+            } else {
+                None
+            };
+            if let Some((x, c_pos)) = cut {
+                // The write-back overwrites the input with the final value. A
+                // value this call leaves in the input's memory (a result, or
+                // a removed write-back scatter) must not be read after it,
+                // unless it is that final value.
+                let copy = self.writeback.get(&x).copied();
+                let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
+                    Role::InputWriteBack { src, .. } => Some(src),
+                    _ => None,
+                });
+                let mut values: Vec<NodeId> = accepted
+                    .iter()
+                    .flat_map(|&b| self.result_nodes(call, b))
+                    .collect();
+                if let Some(c) = &chain {
+                    values.extend(c.iter().filter(|(_, (_, exact))| *exact).map(|(sc, _)| *sc));
+                }
+                let mut late = None;
+                for g in values {
+                    if Some(g) == wb_src {
+                        continue;
+                    }
+                    let pos = &self.pos;
+                    for_each_reader(&self.roles, &self.uses, g, &mut |r, _| {
+                        if pos[r.idx()] >= c_pos && Some(r) != copy {
+                            late = Some(r);
+                            return false;
+                        }
+                        true
+                    });
+                    if late.is_some() {
+                        break;
+                    }
+                }
+                if let Some(r) = late {
+                    for &b in &accepted {
+                        clone[b] = Some(self.reader_note(
+                            &call.buffers[b].label,
+                            r,
+                            bytes[b],
+                            "after the graph writes the input back,",
+                        ));
+                    }
+                    continue;
+                }
+            }
+            let excluded: HashSet<NodeId> = chain
+                .as_ref()
+                .map(|c| c.keys().copied().collect())
+                .unwrap_or_default();
+            let written = self.written_geometries(call, &accepted);
+            let hazards = self.hazards(root, af, &excluded, cut, written.as_deref());
+            if !hazards.is_empty() {
+                match self.plan_moves(&hazards, af) {
+                    Ok(set) => {
+                        let p = self.pos[af.idx()];
+                        for &m in &set {
+                            self.pos[m.idx()] = p - 1;
+                        }
+                        moved.extend(set);
+                    }
+                    Err(blocker) => {
+                        for &b in &accepted {
+                            clone[b] = Some(self.reader_note(
+                                &call.buffers[b].label,
+                                blocker,
+                                bytes[b],
+                                "node",
+                            ));
+                        }
+                        continue;
+                    }
+                }
+            }
+            if let Some(c) = chain {
+                chains.push(c);
+            }
+        }
+        if let Some(reason) = self.unclonable(call, &clone) {
+            // Nothing is emitted for a node left alone: undo the moves.
+            for &m in &moved {
+                self.pos[m.idx()] = 2 * i64::from(m.0);
+            }
+            return Outcome::Left(reason);
+        }
+        self.emit_mutation(call, rule, &clone, &moved, &chains);
+        Outcome::Rewritten
+    }
+
+    /// The reason a buffer that must be cloned cannot be, if any: a clone
+    /// must reproduce the exact layout of the value it stands for, which
+    /// needs at least the buffer's rank and a static storage offset.
+    pub(super) fn unclonable(
+        &self,
+        call: &MutationCall,
+        clone: &[Option<CloneNote>],
+    ) -> Option<String> {
+        clone.iter().enumerate().find_map(|(b, note)| {
+            let why = clone_layout(self.graph, self.layout_source(call.buffers[b].node)).err()?;
+            note.as_ref().map(|_| {
+                format!(
+                    "{} needs a clone with its exact layout, but {why}",
+                    call.buffers[b].label
+                )
+            })
+        })
+    }
+
+    /// The getitem nodes of `call` that stand for buffer `b`'s new value.
+    pub(super) fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for &u in self.uses.users(call.node) {
+            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                continue;
+            };
+            match call.results.get(index) {
+                Some(ResultSlot::Buffer(x)) if *x == b => out.push(u),
+                Some(ResultSlot::BufferList(items)) if items.contains(&Some(b)) => {
+                    for &gu in self.uses.users(u) {
+                        if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
+                            if items.get(item) == Some(&Some(b)) {
+                                out.push(gu);
+                            }
+                        }
+                    }
+                }
+                Some(ResultSlot::Return(i)) => {
+                    if let Some(w) = call.return_aliases.get(*i).copied().flatten() {
+                        if call.written[w].buffer == b {
+                            out.push(u);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    pub(super) fn check_users(&self, call: &MutationCall) -> std::result::Result<(), String> {
+        for &u in self.uses.users(call.node) {
+            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                return Err(format!(
+                    "node `{}` uses the auto_functionalized result directly",
+                    self.graph.node(u).name
+                ));
+            };
+            match call.results.get(index) {
+                None => return Err(format!("getitem index {index} out of range")),
+                Some(ResultSlot::BufferList(items)) => {
+                    for &gu in self.uses.users(u) {
+                        match self.roles[gu.idx()] {
+                            Role::AfListItem { item, .. }
+                                if items.get(item).copied().flatten().is_some() => {}
+                            _ => {
+                                return Err(format!(
+                                    "node `{}` uses a written list directly",
+                                    self.graph.node(gu).name
+                                ))
+                            }
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn reader_note(
+        &self,
+        arg: &str,
+        reader: NodeId,
+        bytes: Option<u64>,
+        why: &str,
+    ) -> CloneNote {
+        let r = self.graph.node(reader);
+        CloneNote {
+            arg: arg.to_string(),
+            reason: format!("{why} `{}` reads the old value after the call", r.name),
+            reader: Some(r.name.clone()),
+            reader_source: r.source.clone(),
+            bytes,
+        }
+    }
+
+    pub(super) fn plain_note(arg: &str, reason: String, bytes: Option<u64>) -> CloneNote {
+        CloneNote {
+            arg: arg.to_string(),
+            reason,
+            reader: None,
+            reader_source: None,
+            bytes,
+        }
+    }
+}

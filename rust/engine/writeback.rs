@@ -1,0 +1,229 @@
+//! Write-backs: v1 scatter chains that put a re-inplaced view's new value
+//! back into its base (removed when they are pure write-backs), and the
+//! `copy_` epilogue of a mutated graph input.
+
+use super::*;
+
+impl Context<'_> {
+    /// v1 write-back elimination: the scatters that put the new values of the
+    /// re-inplaced views of class `root` back into their base. Returns the
+    /// chain (node -> (chain base, exact)) when every scatter can go, `None`
+    /// when the pattern is not provably a pure write-back.
+    pub(super) fn scatter_chain(
+        &mut self,
+        call: &MutationCall,
+        accepted: &[usize],
+        root: usize,
+    ) -> Option<BTreeMap<NodeId, (NodeId, bool)>> {
+        let af = call.node;
+        let mut chain: BTreeMap<NodeId, (NodeId, bool)> = BTreeMap::new();
+        let mut pending_of: HashMap<NodeId, Vec<usize>> = HashMap::default();
+        let mut exact_src: HashSet<NodeId> = HashSet::default();
+        let arg_geom: Vec<(usize, Geometry)> = accepted
+            .iter()
+            .map(|&b| (b, self.geometry(call.buffers[b].node)))
+            .collect();
+        let mut queue: BTreeSet<NodeId> = BTreeSet::new();
+        for &u in self.uses.users(af) {
+            if let Role::AfResult { index, .. } = self.roles[u.idx()] {
+                if let Some(ResultSlot::Buffer(b)) = call.results.get(index) {
+                    if accepted.contains(b) {
+                        exact_src.insert(u);
+                        self.link[u.idx()] = Link::Same(self.same_target(call.buffers[*b].node));
+                        self.queue_users_through_views(u, &mut queue);
+                    }
+                }
+            }
+        }
+        let latest = self.latest[root];
+        let p = self.pos[af.idx()];
+        while let Some(sc) = queue.pop_first() {
+            let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
+                continue;
+            };
+            if chain.contains_key(&sc) {
+                continue;
+            }
+            // The source: a new value, or a view of one taken after the call
+            // (`squeeze` undoing the `unsqueeze` of the written argument).
+            let Some(src_geom) = self.geometry_through_views(src, &exact_src) else {
+                continue;
+            };
+            let mut pending = if let Some(p) = pending_of.get(&base) {
+                p.clone()
+            } else {
+                // The base: the buffer's memory before the call, or a view
+                // of it taken after the call (the same `reshape` the written
+                // argument was cut through, made again for the write-back).
+                let anchor = self.view_anchor(base, p)?;
+                if self.find(anchor) != root || self.ver[anchor.idx()] != latest {
+                    return None;
+                }
+                self.link_views_ahead(base, p);
+                accepted.to_vec()
+            };
+            if self.geometry(base).then(&step) != src_geom {
+                return None;
+            }
+            pending.retain(|b| {
+                let g = &arg_geom.iter().find(|(x, _)| x == b).map(|(_, g)| g);
+                !g.is_some_and(|g| g.root == src_geom.root && g.steps.starts_with(&src_geom.steps))
+            });
+            self.link[sc.idx()] = Link::Same(self.same_target(base));
+            let geom = self.geometry(sc);
+            let exact = pending.iter().all(|b| {
+                arg_geom
+                    .iter()
+                    .find(|(x, _)| x == b)
+                    .is_some_and(|(_, g)| g.provably_disjoint(&geom))
+            });
+            let chain_base = chain.get(&base).map_or(base, |(cb, _)| *cb);
+            chain.insert(sc, (chain_base, exact));
+            pending_of.insert(sc, pending);
+            if exact {
+                exact_src.insert(sc);
+            }
+            self.queue_users_through_views(sc, &mut queue);
+        }
+        for (sc, (_, exact)) in &chain {
+            if !exact && self.uses.users(*sc).iter().any(|u| !chain.contains_key(u)) {
+                return None;
+            }
+        }
+        Some(chain)
+    }
+
+    /// Queues the users of `n`, and of the views of `n`, for the write-back
+    /// chain search.
+    pub(super) fn queue_users_through_views(&self, n: NodeId, queue: &mut BTreeSet<NodeId>) {
+        for &u in self.uses.users(n) {
+            queue.insert(u);
+            if matches!(self.roles[u.idx()], Role::View { src, overlapping: false, .. } if src == n)
+            {
+                self.queue_users_through_views(u, queue);
+            }
+        }
+    }
+
+    /// Geometry of `n` when it is one of `exact` or a chain of
+    /// non-overlapping views of one; `None` otherwise.
+    pub(super) fn geometry_through_views(
+        &self,
+        n: NodeId,
+        exact: &HashSet<NodeId>,
+    ) -> Option<Geometry> {
+        let mut steps: Vec<&ViewStep> = Vec::new();
+        let mut cur = n;
+        while !exact.contains(&cur) {
+            match &self.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    step,
+                    overlapping: false,
+                } => {
+                    steps.extend(step.iter());
+                    cur = *src;
+                }
+                _ => return None,
+            }
+        }
+        let mut g = self.geometry(cur);
+        for s in steps.into_iter().rev() {
+            g = g.then(s);
+        }
+        Some(g)
+    }
+
+    /// The node at or before position `p` that `n` is a chain of
+    /// non-overlapping views of (`n` itself when it is there already).
+    pub(super) fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
+        let mut cur = n;
+        while self.pos[cur.idx()] > p {
+            match &self.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    overlapping: false,
+                    ..
+                } => cur = *src,
+                _ => return None,
+            }
+        }
+        Some(cur)
+    }
+
+    /// Gives the views between `n` and its anchor (not walked yet) the
+    /// links the walk will give them, so that geometries through them
+    /// resolve now.
+    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while self.pos[cur.idx()] > p {
+            let Role::View { src, step, .. } = &self.roles[cur.idx()] else {
+                break;
+            };
+            chain.push((cur, *src, step.clone()));
+            cur = *src;
+        }
+        for (v, src, step) in chain.into_iter().rev() {
+            self.link[v.idx()] = match step {
+                None => Link::Same(self.same_target(src)),
+                Some(s) => Link::Step(src, s),
+            };
+        }
+    }
+
+    pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
+        let (rd, rs) = (self.find(dst), self.find(src));
+        if rd == rs {
+            // The same elements, proven by the view chain or, for views the
+            // engine does not model (reshape round trips, transposes), by
+            // identical static layouts in the same memory.
+            let same_layout = match (
+                strided_layout(self.graph, src),
+                strided_layout(self.graph, dst),
+            ) {
+                (Some(a), Some(b)) => {
+                    // Views of one root node (view and re-inplacing links only,
+                    // never a may-alias union) with identical layouts.
+                    a == b && self.geometry(src).root == self.geometry(dst).root
+                }
+                _ => false,
+            };
+            let same_geometry = same_layout || self.geometry(src) == self.geometry(dst);
+            if same_geometry && self.ver[src.idx()] == self.latest[rd] {
+                if !self.uses.users(copy).is_empty() {
+                    self.replace(copy, ValueRef::Old(dst));
+                }
+                self.erase(copy);
+                self.report.writebacks_removed += 1;
+            } else {
+                // The new value lives in the input's own memory under another
+                // layout: copy through a temporary, never overlapping memory.
+                let tmp = self.insert(
+                    copy,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(self.resolve(src))],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                let fresh = self.insert(
+                    copy,
+                    Callee::Aten("aten::copy_.default"),
+                    vec![
+                        PlanArg::Ref(ValueRef::Old(dst)),
+                        PlanArg::Ref(ValueRef::New(tmp)),
+                    ],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                self.replace(copy, ValueRef::New(fresh));
+                self.erase(copy);
+            }
+        }
+        let r = self.union(copy, dst);
+        let e = self.next_event;
+        self.next_event += 1;
+        self.latest[r] = e;
+        self.ver[copy.idx()] = e;
+    }
+}
