@@ -14,7 +14,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// The graph breaks an IR invariant (operand after its user, unknown
     /// target index, missing output node, ...).
-    #[error("invalid graph at node {node:?}: {detail}")]
+    #[error("invalid graph{}: {detail}", .node.map(|n| format!(" at node {n}")).unwrap_or_default())]
     InvalidGraph {
         /// The offending node index, when the problem is local to one node.
         node: Option<u32>,
@@ -108,7 +108,7 @@ mod tests {
         ];
         let kinds: std::collections::BTreeSet<_> = errs.iter().map(Error::kind).collect();
         assert_eq!(kinds.len(), errs.len());
-        assert!(errs[0].to_string().contains("node Some(3)"));
+        assert!(errs[0].to_string().contains("at node 3:"));
         assert!(errs[3].to_string().contains("a::b"));
     }
 }

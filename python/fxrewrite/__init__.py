@@ -34,7 +34,10 @@ if TYPE_CHECKING:
     from .pipeline import rewrite
     from .pre_pass import PrePass, pre_pass
 
-__version__ = "0.1.0"
+from ._core import __version__ as _engine_version
+
+#: The package version: the Rust crate's (Cargo.toml), the one definition.
+__version__: str = _engine_version
 
 _LAZY = {
     "ComposedPass": "inductor_pass",

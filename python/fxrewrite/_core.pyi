@@ -12,8 +12,14 @@ __version__: str
 #: ``remove_noop_ops`` (recorded by ``fxrewrite.pre_pass``).
 USER_ALIASED_READS: str
 
+#: The wire codes of the encoder, the conversion and the ``.fxir`` format,
+#: by table (``opcode``, ``target_kind``, ``arg_type``, ``value_tag``,
+#: ``tag_bit``) and name: the one definition (``rust/ir/wire.rs``).
+WIRE_CODES: dict[str, dict[str, int]]
+
 __all__ = [
     "USER_ALIASED_READS",
+    "WIRE_CODES",
     "FileFormatError",
     "FxrewriteError",
     "Graph",

@@ -3,16 +3,20 @@
 One pass over the nodes. Layout (the Rust side, ``rust/python/convert.rs``,
 is the only consumer):
 
-- ``targets``: ``(name, kind, schema)`` per distinct callable, where kind is
-  0 operator overload, 1 ``operator.getitem``, 2 ``auto_functionalized``,
-  3 ``auto_functionalized_v2``, 4 other higher-order operator, 5 anything else;
+- ``targets``: ``(name, kind, schema)`` per distinct callable, kind one of
+  ``WIRE_CODES["target_kind"]`` (operator overload, getitem, the two
+  auto_functionalized forms, another higher-order operator, anything else);
   schema is ``None`` or ``(args, returns, tag_bits)`` with args
   ``(name, type_code, alias_set | None, is_write, kwarg_only)`` and returns
   ``(type_code, alias_set | None, is_write)``.
 - ``nodes``: ``(opcode, name, target_index, args, kwargs, meta, source)``.
 - values: ``None``/bool/int/float/str as themselves, everything else as a
-  tagged pair ``(tag, payload)``: 0 node index, 1 list, 2 tuple, 3 dtype,
-  4 device, 5 layout, 6 memory format, 7 target index, 8 opaque ``repr``.
+  tagged pair ``(tag, payload)`` with a tag of ``WIRE_CODES["value_tag"]``
+  (node index, list, tuple, dtype, device, layout, memory format, target
+  index, opaque ``repr``).
+
+Every code comes from ``fxrewrite._core.WIRE_CODES``, the one table
+(``rust/ir/wire.rs``).
 
 Correctness never depends on ``meta['val']``: it only sharpens the engine's
 proofs (ranks, static sizes, storage identity) and the byte counts of reports.
@@ -28,18 +32,19 @@ import torch.fx
 from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
 from ._core import USER_ALIASED_READS as USER_ALIASED_KWARG
+from ._core import WIRE_CODES
 
-OPCODES = {
-    "placeholder": 0,
-    "get_attr": 1,
-    "call_function": 2,
-    "call_method": 3,
-    "call_module": 4,
-    "output": 5,
-}
-
-_T_NODE, _T_LIST, _T_TUPLE, _T_DTYPE, _T_DEVICE, _T_LAYOUT, _T_MEMFMT, _T_TARGET, _T_OPAQUE = range(9)
-_ARG_TENSOR, _ARG_OPT_TENSOR, _ARG_TENSOR_LIST, _ARG_OTHER = range(4)
+# The wire codes: one table, in Rust (``rust/ir/wire.rs``).
+OPCODES: dict[str, int] = dict(WIRE_CODES["opcode"])
+_TAG = WIRE_CODES["value_tag"]
+_T_NODE, _T_LIST, _T_TUPLE = _TAG["node"], _TAG["list"], _TAG["tuple"]
+_T_DTYPE, _T_DEVICE, _T_LAYOUT = _TAG["dtype"], _TAG["device"], _TAG["layout"]
+_T_MEMFMT, _T_TARGET, _T_OPAQUE = _TAG["memory_format"], _TAG["target"], _TAG["opaque"]
+_ARG = WIRE_CODES["arg_type"]
+_ARG_TENSOR, _ARG_OPT_TENSOR = _ARG["tensor"], _ARG["optional_tensor"]
+_ARG_TENSOR_LIST, _ARG_OTHER = _ARG["tensor_list"], _ARG["other"]
+_KIND = WIRE_CODES["target_kind"]
+_BIT = WIRE_CODES["tag_bit"]
 
 
 def _type_code(t: Any) -> int:
@@ -84,9 +89,9 @@ def schema_facts(op: torch._ops.OpOverload) -> tuple[list[Any], list[Any], int]:
         rets.append((_type_code(r.type), aset, write))
     tags = op.tags
     bits = (
-        (1 if torch.Tag.out in tags else 0)
-        | (2 if torch.Tag.inplace in tags else 0)
-        | (4 if torch.Tag.nondeterministic_seeded in tags else 0)
+        (_BIT["out"] if torch.Tag.out in tags else 0)
+        | (_BIT["inplace"] if torch.Tag.inplace in tags else 0)
+        | (_BIT["nondeterministic_seeded"] if torch.Tag.nondeterministic_seeded in tags else 0)
     )
     return args, rets, bits
 
@@ -175,19 +180,20 @@ def encode(
         if tid is not None:
             return tid
         if isinstance(obj, torch._ops.OpOverload):
-            desc = (op_name(obj), 0, schema_facts(obj))
+            desc = (op_name(obj), _KIND["operator"], schema_facts(obj))
         elif obj is operator.getitem:
-            desc = ("operator.getitem", 1, None)
+            desc = ("operator.getitem", _KIND["getitem"], None)
         elif obj is auto_functionalized:
-            desc = ("higher_order.auto_functionalized", 2, None)
+            desc = ("higher_order.auto_functionalized", _KIND["auto_functionalized"], None)
         elif obj is auto_functionalized_v2:
-            desc = ("higher_order.auto_functionalized_v2", 3, None)
+            desc = ("higher_order.auto_functionalized_v2", _KIND["auto_functionalized_v2"], None)
         elif isinstance(obj, torch._ops.HigherOrderOperator):
-            desc = (f"higher_order.{obj.name()}", 4, None)
+            desc = (f"higher_order.{obj.name()}", _KIND["higher_order"], None)
         elif isinstance(obj, str):
-            desc = (obj, 5, None)
+            desc = (obj, _KIND["other"], None)
         else:
-            desc = (f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}", 5, None)
+            name = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+            desc = (name, _KIND["other"], None)
         tid = len(targets)
         targets.append(desc)
         target_objs.append(obj)

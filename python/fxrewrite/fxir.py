@@ -366,9 +366,12 @@ def load(path: str | os.PathLike[str]) -> Any:
     native = read_native(path)
     targets, nodes = native.to_parts()
 
+    kinds = _core.WIRE_CODES["target_kind"]
+    tags = _core.WIRE_CODES["value_tag"]
+
     def resolve(t: tuple[str, int, Any], node_name: str) -> Any:
         name, kind, _schema = t
-        if kind == 0:
+        if kind == kinds["operator"]:
             ns_name, overload = name.split(".", 1)
             ns, op = ns_name.split("::", 1)
             try:
@@ -378,13 +381,13 @@ def load(path: str | os.PathLike[str]) -> Any:
                     f"{path}: node {node_name} calls operator {name}, which is not registered in this "
                     "process; import the library that defines it before loading"
                 ) from e
-        if kind == 1:
+        if kind == kinds["getitem"]:
             return operator.getitem
-        if kind == 2:
+        if kind == kinds["auto_functionalized"]:
             return auto_functionalized
-        if kind == 3:
+        if kind == kinds["auto_functionalized_v2"]:
             return auto_functionalized_v2
-        if kind == 4:
+        if kind == kinds["higher_order"]:
             return getattr(torch.ops.higher_order, name.removeprefix("higher_order."))
         raise FxrewriteError(f"{path}: node {node_name} calls {name}, which cannot be resolved when loading")
 
@@ -396,25 +399,21 @@ def load(path: str | os.PathLike[str]) -> Any:
         if not isinstance(v, tuple):
             return v
         tag, body = v
-        if tag == 0:
+        if tag == tags["node"]:
             return made[body]
-        if tag == 1:
+        if tag == tags["list"]:
             return [value(x) for x in body]
-        if tag == 2:
+        if tag == tags["tuple"]:
             return tuple(value(x) for x in body)
-        if tag == 3:
+        if tag in (tags["dtype"], tags["layout"], tags["memory_format"]):
             return getattr(torch, body)
-        if tag == 4:
+        if tag == tags["device"]:
             return torch.device(body)
-        if tag == 5:
-            return getattr(torch, body)
-        if tag == 6:
-            return getattr(torch, body)
-        if tag == 7:
+        if tag == tags["target"]:
             return resolve(targets[body], "?")
         raise FxrewriteError(f"{path}: a constant ({body}) cannot be rebuilt when loading")
 
-    opnames = ["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
+    opnames = {code: name for name, code in _core.WIRE_CODES["opcode"].items()}
     for opcode, name, tid, args, kwargs, _meta, _source in nodes:
         op = opnames[opcode]
         if op in ("get_attr", "call_module"):

@@ -15,6 +15,7 @@ pub mod io;
 pub mod schema;
 pub mod show;
 pub mod validate;
+pub mod wire;
 
 use serde::Serialize;
 

@@ -11,15 +11,11 @@ use crate::ir::{
     TargetId, TargetKind, TensorMeta, Value,
 };
 
-const T_NODE: u8 = 0;
-const T_LIST: u8 = 1;
-const T_TUPLE: u8 = 2;
-const T_DTYPE: u8 = 3;
-const T_DEVICE: u8 = 4;
-const T_LAYOUT: u8 = 5;
-const T_MEMFMT: u8 = 6;
-const T_TARGET: u8 = 7;
-const T_OPAQUE: u8 = 8;
+use crate::ir::wire::value_tag::{
+    DEVICE as T_DEVICE, DTYPE as T_DTYPE, LAYOUT as T_LAYOUT, LIST as T_LIST,
+    MEMORY_FORMAT as T_MEMFMT, NODE as T_NODE, OPAQUE as T_OPAQUE, TARGET as T_TARGET,
+    TUPLE as T_TUPLE,
+};
 
 fn bad(what: &str) -> PyErr {
     PyValueError::new_err(format!("malformed encoded graph: {what}"))

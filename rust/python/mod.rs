@@ -138,5 +138,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("USER_ALIASED_READS", crate::forms::call::USER_ALIASED_READS)?;
+    let wire = pyo3::types::PyDict::new(m.py());
+    for (section, entries) in crate::ir::wire::tables() {
+        let table = pyo3::types::PyDict::new(m.py());
+        for (name, code) in entries {
+            table.set_item(name, code)?;
+        }
+        wire.set_item(section, table)?;
+    }
+    m.add("WIRE_CODES", wire)?;
     Ok(())
 }
