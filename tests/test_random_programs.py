@@ -356,8 +356,16 @@ def check_correct(program: Program, v2: bool) -> Capture:
     assert got is None, f"the rewritten graph disagrees with eager: {got}\n{describe(program, cap)}"
     ind: Result | None = None
     if cap.inductor is not None:
-        ind = interpret(program, cap.inductor, cap.placeholders)
-        cap.inductor_correct = mismatch(expected, ind) is None
+        try:
+            ind = interpret(program, cap.inductor, cap.placeholders)
+        except RuntimeError as e:
+            # Inductor's passes can leave `copy_(x, permute(x))` of a graph
+            # input onto itself, which eager refuses ("some elements of the
+            # input tensor and the written-to tensor refer to a single memory
+            # location"); Inductor's own lowering accepts it.
+            _note(f"Inductor's graph does not run eagerly: {e}")
+        else:
+            cap.inductor_correct = mismatch(expected, ind) is None
     if after.layout_error is not None:
         # A layout difference is ours only where Inductor's passes keep eager's layouts.
         assert ind is None or ind.layout_error is not None, (
@@ -365,7 +373,8 @@ def check_correct(program: Program, v2: bool) -> Capture:
             f"{describe(program, cap)}"
         )
         _record(
-            f"layouts not compared, Inductor's graph differs from eager too (v{2 if v2 else 1}): {program!r}"
+            f"layouts not compared, Inductor's graph has other layouts too or does not run "
+            f"(v{2 if v2 else 1}): {program!r}"
         )
     return cap
 
@@ -717,3 +726,277 @@ Write-back chains are now matched through views made after the call.
 def test_regression_nested_view_scatter_is_not_cloned() -> None:
     cap = check_correct(BUG_NESTED_SCATTER_CLONE, False)
     check_clones(BUG_NESTED_SCATTER_CLONE, cap)
+
+
+# ---------------------------------------------------------------------------
+# Regressions of the full compile (issue 9): programs shrunk by
+# tests/campaign.py, each found wrong with fxrewrite while Inductor alone
+# matched eager (values, or the layouts a stride-reading kernel sees). The
+# test fails outright (not as an xfail) if Inductor alone becomes wrong on
+# one, since it would no longer test fxrewrite.
+
+
+def assert_full_compile_matches_eager(program: Program, v2: bool, dynamic: bool) -> None:
+    expected = eager(program)
+    problem = full_compile(program, expected, v2, dynamic)
+    if problem is not None:
+        alone = full_compile(program, expected, v2, dynamic, with_fxrewrite=False)
+        if alone is not None:
+            pytest.fail(f"Inductor alone is wrong on this program too, it tests nothing: {alone}")
+    assert problem is None, f"compiled with fxrewrite disagrees with eager: {problem}\n{program.source()}"
+
+
+FULL_REGRESSIONS: dict[str, Program] = {
+    # A reader of the old value placed before the write, used by a later
+    # pointwise node: Inductor computed `v6 = v5 * 2` inside the kernel of
+    # `v7 = v6 - x0`, after scale_ wrote v5 (bug 1; fixed in 3fad198).
+    "old_reader_computed_after_write": Program(
+        shapes=((8, 4), (8, 4), (8, 4)),
+        steps=(
+            ("unary", "mul2", 1),
+            ("unary", "neg", 3),
+            ("unary", "add1", 4),
+            ("unary", "mul2", 5),
+            ("scale_", 5, 2.0),
+            ("binop", "sub", 6, 0),
+        ),
+        outputs=(("direct", 7), ("direct", 5)),
+    ),
+    # Clone of a written [4, 1, 8] input (its old value is read after the
+    # call): Inductor lowered aten.clone with stride 32 on the size-1 dim,
+    # eager has 8 (bug 2; fixed in 3fad198).
+    "clone_of_input_size1_stride": Program(
+        shapes=((4, 1, 8), (4, 1, 8)),
+        steps=(("unary", "mul2", 0), ("scale_", 0, 2.0), ("scale_", 2, 2.0)),
+        outputs=(("direct", 2),),
+    ),
+    # A written cat result [4, 1, 16] got stride 0 on its size-1 dim (no clone).
+    "written_cat_size1_stride": Program(
+        shapes=((4, 1, 8), (2, 4, 8), (8, 4)),
+        steps=(("cat", (0, 0), 2), ("list_scale_", (0, 3, 1), 0.5)),
+        outputs=(("plus", 1),),
+    ),
+    # Inputs cut from wider buffers, [1, 8] with row stride 11: the kernels got
+    # row stride 8 (clones of both, read and written arguments).
+    "inputs_cut_from_wider_buffers": Program(
+        shapes=((1, 8), (1, 8)),
+        steps=(("fused_add_", 1, 0, 1), ("rot_", 0, 1, 1)),
+        outputs=(("plus", 0),),
+        input_layouts=("w", "w"),
+    ),
+    # A transposed copy written by acc_sum: strides of the clone of a
+    # `.t().contiguous()` result differed, size-1 dim of an input too.
+    "transposed_copy_clone_stride": Program(
+        shapes=((8, 4), (2, 4, 8), (4, 1, 8)),
+        steps=(("add_into", 2, 2, 2), ("unary", "tcontig", 1), ("acc_sum", 3, 3), ("unary", "tcontig", 4)),
+        outputs=(("direct", 5),),
+    ),
+    # A [1, 24] cat result read by a custom op after a write of its input:
+    # stride 0 on the size-1 dim of a read argument.
+    "read_cat_size1_stride": Program(
+        shapes=((1, 8), (4, 8)),
+        steps=(("cat", (0, 0, 0), 1), ("scale_", 0, 2.0), ("out_add", 2, 2)),
+        outputs=(("direct", 3),),
+    ),
+    # dynamic=True, v2: "_all_bases[0] needs a layout-preserving clone, but it
+    # has no static size/stride metadata" (strict mode raised).
+    "dynamic_clone_of_base_without_static_layout": Program(
+        shapes=((4, 8), (2, 4, 8), (4, 1, 8)),
+        steps=(
+            ("unary", "add1", 2),
+            ("scale_", 2, 2.0),
+            ("view", 3, (2, 16)),
+            ("split", 4, 0, 1, 2),
+            ("scale_", 5, 2.0),
+        ),
+        outputs=(("direct", 4),),
+    ),
+    # dynamic=True, v2: "written as_strided view of _all_bases[0] whose base
+    # has no static size/stride metadata" (strict mode raised).
+    "dynamic_view_of_base_without_static_layout": Program(
+        shapes=((8, 4), (8, 4)),
+        steps=(
+            ("reshape", 0, (32,)),
+            ("scale_", 2, -1.0),
+            ("reshape", 2, (32, 1)),
+            ("unary", "mul2", 3),
+            ("binop", "add", 4, 3),
+        ),
+        outputs=(("direct", 5),),
+    ),
+    # dynamic=True, v1: the written `.t().contiguous().t()` got strides (8, 1), eager (1, 4).
+    "dynamic_v1_transposed_copy_stride": Program(
+        shapes=((4, 8), (1, 8)),
+        steps=(("unary", "tcontig", 0), ("transpose", 2), ("fused_add_", 0, 3, 3)),
+        outputs=(("plus", 1),),
+    ),
+    # Still open: dynamic=True, v1 only. `v2.view(4, 8)` is an aten.reshape
+    # in the post-grad graph; the pass writes it in place as a view of v2, but
+    # with symbolic sizes Inductor lowers that reshape as a copy, so the write
+    # of scale_ is lost (v2 is returned unscaled).
+    "dynamic_v1_write_through_reshape_lost": Program(
+        shapes=((4, 8), (4, 8)),
+        steps=(("unary", "tcontig", 0), ("view", 2, (4, 8)), ("scale_", 3, 2.0)),
+        outputs=(("direct", 2),),
+    ),
+    # Still open (v1): a written select of an input, [1] with stride 8 in
+    # eager, reached the kernel with stride 1.
+    "written_select_of_input_size1_stride": Program(
+        shapes=((4, 8), (4, 1, 8), (1, 8)),
+        steps=(("select", 2, 1, 7), ("rot_", 1, 3, 1)),
+        outputs=(("plus", 2),),
+    ),
+    # Still open (v1): a written select of a view of an input, [1, 4] with
+    # strides (8, 1) in eager, reached the kernel with (4, 1).
+    "written_view_select_size1_stride": Program(
+        shapes=((4, 8), (1, 8), (2, 4, 8)),
+        steps=(("view", 1, (1, 2, 4)), ("select", 3, 1, 1), ("scale_", 4, 2.0)),
+        outputs=(("plus", 3),),
+    ),
+    # Still open (every form): the read argument, an unsqueezed split chunk of
+    # an input ([1, 4, 1, 2], strides (32, 8, 8, 1)), reached the kernel with
+    # stride 2 on its size-1 dim (the written one is a clone of it).
+    "read_unsqueezed_chunk_size1_stride": Program(
+        shapes=((4, 1, 8), (4, 1, 8)),
+        steps=(("split", 1, 2, 2, 4), ("unsqueeze", 3, 0), ("acc_sum", 6, 6)),
+        outputs=(("direct", 7),),
+    ),
+    # Still open (every form): a read pointwise intermediate [2, 1, 8] reached
+    # the kernel with stride 16 on its size-1 dim, eager 8 (no clone).
+    "read_pointwise_size1_stride": Program(
+        shapes=((1, 8), (1, 8)),
+        steps=(("stack", (0, 0), 0), ("unary", "mul2", 2), ("unary", "mul2", 3), ("rot_", 4, 0, 3)),
+        outputs=(("direct", 4),),
+    ),
+    # Still open, every form: `v3 = x2 + 1` ([4, 1, 8]) is written in place as
+    # `res` without a clone (the clone is of x2, aliased by the read argument
+    # w); Inductor lays the pointwise buffer out with stride 32 on the size-1
+    # dim, eager has 8.
+    "written_pointwise_size1_stride": Program(
+        shapes=((4, 8), (2, 4, 8), (4, 1, 8)),
+        steps=(("unary", "add1", 2), ("fused_add_", 2, 3, 2), ("view", 3, (2, 16))),
+        outputs=(("direct", 4),),
+    ),
+}
+
+# The cases still open share one cause: the direct call fxrewrite makes has no
+# meta["eager_input_vals"], so Inductor puts no layout constraint on the custom
+# op's arguments (graph.py: "this operator was inserted by a custom pass so
+# we'll give them the freedom"), where its own decomposition of
+# auto_functionalized carries the node's eager_input_vals over to the call.
+# Copying them onto the call (a v1 hack in a test pass) makes all of them pass.
+_NO_EAGER_INPUT_VALS = "no eager_input_vals on the direct call: Inductor constrains no argument layout"
+_NO_LAYOUT_CONSTRAINT = pytest.mark.xfail(strict=True, raises=AssertionError, reason=_NO_EAGER_INPUT_VALS)
+_RESHAPE_LOST = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="write through an unconstrained aten.reshape lowered as a copy is lost; " + _NO_EAGER_INPUT_VALS,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "v2", "dynamic"),
+    [
+        pytest.param("old_reader_computed_after_write", True, False, id="old_reader-v2"),
+        pytest.param("old_reader_computed_after_write", False, False, id="old_reader-v1"),
+        pytest.param("clone_of_input_size1_stride", True, False, id="clone_input_size1-v2"),
+        pytest.param("clone_of_input_size1_stride", False, True, id="clone_input_size1-v1-dynamic"),
+        pytest.param("written_cat_size1_stride", True, False, id="written_cat_size1-v2"),
+        pytest.param("inputs_cut_from_wider_buffers", True, False, id="wide_inputs-v2"),
+        pytest.param("inputs_cut_from_wider_buffers", False, False, id="wide_inputs-v1"),
+        pytest.param("transposed_copy_clone_stride", True, False, id="transposed_copy-v2"),
+        pytest.param("read_cat_size1_stride", True, False, id="read_cat_size1-v2"),
+        pytest.param("dynamic_clone_of_base_without_static_layout", True, True, id="dynamic_base_clone-v2"),
+        pytest.param("dynamic_view_of_base_without_static_layout", True, True, id="dynamic_base_view-v2"),
+        pytest.param("dynamic_v1_transposed_copy_stride", False, True, id="dynamic_transposed_copy-v1"),
+        pytest.param(
+            "dynamic_v1_write_through_reshape_lost",
+            False,
+            True,
+            id="reshape_lost-v1-dynamic",
+            marks=_RESHAPE_LOST,
+        ),
+        pytest.param("dynamic_v1_write_through_reshape_lost", True, True, id="reshape-v2-dynamic"),
+        pytest.param(
+            "written_pointwise_size1_stride",
+            True,
+            False,
+            id="written_pointwise-v2",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+        pytest.param(
+            "written_pointwise_size1_stride",
+            False,
+            True,
+            id="written_pointwise-v1-dynamic",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+        pytest.param(
+            "written_select_of_input_size1_stride",
+            False,
+            False,
+            id="written_select-v1",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+        pytest.param(
+            "written_view_select_size1_stride",
+            False,
+            False,
+            id="written_view_select-v1",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+        pytest.param(
+            "read_unsqueezed_chunk_size1_stride", True, False, id="read_chunk-v2", marks=_NO_LAYOUT_CONSTRAINT
+        ),
+        pytest.param(
+            "read_unsqueezed_chunk_size1_stride",
+            False,
+            False,
+            id="read_chunk-v1",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+        pytest.param(
+            "read_pointwise_size1_stride", True, False, id="read_pointwise-v2", marks=_NO_LAYOUT_CONSTRAINT
+        ),
+        pytest.param(
+            "read_pointwise_size1_stride",
+            False,
+            True,
+            id="read_pointwise-v1-dynamic",
+            marks=_NO_LAYOUT_CONSTRAINT,
+        ),
+    ],
+)
+def test_regression_full_compile(name: str, v2: bool, dynamic: bool) -> None:
+    assert_full_compile_matches_eager(FULL_REGRESSIONS[name], v2, dynamic)
+
+
+BUG_EMPTY_SLICE_CLONE = Program(
+    S,
+    (("slice", 1, 0, 2, 2), ("unary", "tcontig", 2), ("list_scale_", (2,), 2.0), ("view", 3, (8, 1, 0))),
+    (("plus", 4),),
+)
+"""v1 only: a written empty slice of an input is cloned (0 bytes)::
+
+    def f(x0, x1, idx):
+        v2 = x1[2:2]
+        v3 = v2.transpose(0, 1).contiguous()
+        list_scale_([v2], 2.0, site=2)
+        v4 = v3.view(8, 1, 0)
+        return v4 + 0.5
+
+fxrewrite clones `slice_1` ("node `slice_scatter` reads the old value after
+the call") and keeps the slice_scatter and the write-back; Inductor's passes
+call list_scale_ on the slice in place. Found by tests/campaign.py (5 of
+1000 captured v1 programs, all with empty slices).
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="fxrewrite keeps more clones than Inductor: v1 write to an empty slice of an input is cloned",
+)
+def test_regression_empty_slice_write_is_not_cloned() -> None:
+    cap = check_correct(BUG_EMPTY_SLICE_CLONE, False)
+    check_clones(BUG_EMPTY_SLICE_CLONE, cap)
