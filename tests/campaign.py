@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 import test_random_programs as trp
-from randprog import Program, programs, run, without_step
+from randprog import Program, make_inputs, programs, run, without_step
 
 
 def _norm(text: str) -> str:
@@ -158,7 +158,7 @@ Judge = Callable[[Program, bool, bool], dict[str, Any]]
 
 def _runs(program: Program) -> bool:
     try:
-        run(program, [t.clone() for t in trp.make_inputs(program)])
+        run(program, [t.clone() for t in make_inputs(program)])
     except Exception:
         return False
     return True
@@ -176,7 +176,7 @@ def shrink(program: Program, v2: bool, dynamic: bool, cause: str, judge: Judge, 
             return False
         calls += 1
         r = judge(p, v2, dynamic)
-        return r["status"] == "fail" and r["cause"] == cause
+        return bool(r["status"] == "fail" and r["cause"] == cause)
 
     changed = True
     while changed and calls < budget:

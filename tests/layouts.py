@@ -29,7 +29,7 @@ Layout = tuple[tuple[int, ...], tuple[int, ...], int]
 
 
 def layout_of(t: torch.Tensor) -> Layout:
-    return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    return (tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
 
 
 @dataclass

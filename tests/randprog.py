@@ -478,7 +478,7 @@ def run(program: Program, inputs: list[torch.Tensor] | tuple[torch.Tensor, ...])
             env.append(env[step[1]].select(step[2], step[3]))
         elif kind == "split":
             _, a, dim, size, _count = step
-            env.extend(env[a].split(size, dim))
+            env.extend(env[a].split(size, dim))  # type: ignore[no-untyped-call]
         elif kind == "transpose":
             env.append(env[step[1]].transpose(0, 1))
         elif kind == "unsqueeze":
@@ -615,8 +615,8 @@ def _pick(draw: Any, candidates: list[int], *, prefer_recent: bool = False) -> i
     if prefer_recent:
         # Index 0 is the most recent: shrinking moves towards it.
         i = draw(st.integers(0, len(candidates) - 1))
-        return candidates[len(candidates) - 1 - i]
-    return draw(st.sampled_from(candidates))
+        return candidates[len(candidates) - 1 - int(i)]
+    return int(draw(st.sampled_from(candidates)))
 
 
 def _same_shape(sh: _Shadows, v: int) -> list[int]:
@@ -633,8 +633,8 @@ def _read_arg(draw: Any, sh: _Shadows, cands: list[int], written: list[int]) -> 
     ones (an alias forces a clone, so it would hide the interesting cases)."""
     disjoint = _disjoint_from(sh, cands, written)
     if disjoint and draw(st.integers(0, 3)) != 3:
-        return draw(st.sampled_from(disjoint))
-    return draw(st.sampled_from(cands))
+        return int(draw(st.sampled_from(disjoint)))
+    return int(draw(st.sampled_from(cands)))
 
 
 def _view_shapes(t: torch.Tensor) -> list[tuple[int, ...]]:
@@ -699,11 +699,11 @@ def _draw_step(draw: Any, sh: _Shadows, kind: str, target: int | None = None) ->
         if a is None:
             return None
         others = draw(st.lists(st.sampled_from(_same_shape(sh, a)), min_size=1, max_size=2))
-        xs = (a, *others)
+        parts = (a, *others)
         dim = draw(st.integers(0, sh.t[a].dim() - (kind == "cat")))
         fn = torch.stack if kind == "stack" else torch.cat
-        sh.add_fresh(fn([sh.t[v] for v in xs], dim))
-        return (kind, xs, dim)
+        sh.add_fresh(fn([sh.t[v] for v in parts], dim))
+        return (kind, parts, dim)
     if kind in ("reshape", "view"):
         a = first(allv)
         if a is None:
@@ -757,7 +757,7 @@ def _draw_step(draw: Any, sh: _Shadows, kind: str, target: int | None = None) ->
             sh.add(t.select(dim, i))
             return ("select", a, dim, i)
         chunk = draw(st.integers(1, size - 1))
-        parts = t.split(chunk, dim)
+        parts = t.split(chunk, dim)  # type: ignore[no-untyped-call]
         for p in parts:
             sh.add(p)
         return ("split", a, dim, chunk, len(parts))
