@@ -16,6 +16,7 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import fxrewrite
+import layouts
 
 
 @torch.library.custom_op("fxr_test::scale_", mutates_args=("x",))
@@ -64,6 +65,21 @@ def list_scale_(xs: list[torch.Tensor], s: float) -> None:
         x.mul_(s)
 
 
+@torch.library.custom_op("fxr_test::strided_", mutates_args=("x",))
+def strided_(x: torch.Tensor, c: torch.Tensor, site: int) -> None:
+    """A kernel that reads raw strides: it reports the size, stride and
+    storage offset of ``x`` and ``c`` to ``layouts.REGISTRY`` (eager records
+    them per ``site``, ``compile_and_compare`` checks the compiled run)."""
+    layouts.REGISTRY.seen(site, 0, "x", x)
+    layouts.REGISTRY.seen(site, 1, "c", c)
+    x.copy_(x * 2 + c)
+
+
+@torch.library.custom_op("fxr_test::bump_", mutates_args=("x",))
+def bump_(x: torch.Tensor) -> None:
+    x.add_(100)
+
+
 @dataclass
 class Capture(CustomGraphPass):
     """A post-grad pass that records the graph before and after fxrewrite."""
@@ -106,22 +122,37 @@ class Compiled:
 
 
 def compile_and_compare(
-    fn: Callable[..., Any], *inputs: Any, v2: bool = True, dynamic: bool | None = None
+    fn: Callable[..., Any],
+    *inputs: Any,
+    v2: bool = True,
+    dynamic: bool | None = None,
+    more_inputs: tuple[tuple[Any, ...], ...] = (),
+    mark_dynamic: tuple[tuple[int, int], ...] = (),
 ) -> Compiled:
-    """Compiles ``fn`` with fxrewrite (strict) and checks outputs and input
-    mutations against eager. Returns the captured graphs and the report.
-    ``dynamic`` is passed to ``torch.compile`` (True: symbolic sizes)."""
-    eager_in = _clone_all(inputs)
-    expected = fn(*eager_in)
+    """Compiles ``fn`` with fxrewrite (strict) and checks outputs, input
+    mutations and the layouts stride-reading kernels see (``strided_``)
+    against eager, on ``inputs`` and then on each of ``more_inputs`` (with
+    the same compiled function: other sizes exercise a ``dynamic`` graph).
+    ``mark_dynamic``: (argument, dim) pairs made symbolic with
+    ``torch._dynamo.mark_dynamic``. Returns the captured graphs and the report."""
     cap = Capture()
     torch._dynamo.reset()
-    comp_in = _clone_all(inputs)
     with inductor_config.patch(
         {"post_grad_custom_post_pass": cap, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
     ):
-        got = torch.compile(fn, fullgraph=True, dynamic=dynamic)(*comp_in)
-    _assert_same(got, expected)
-    _assert_same(comp_in, eager_in)
+        compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
+        for args in (inputs, *more_inputs):
+            eager_in = _clone_all(args)
+            with layouts.record():
+                expected = fn(*eager_in)
+            comp_in = _clone_all(args)
+            for i, d in mark_dynamic:
+                torch._dynamo.mark_dynamic(comp_in[i], d)
+            with layouts.check() as reg:
+                got = compiled(*comp_in)
+            _assert_same(got, expected)
+            _assert_same(comp_in, eager_in)
+            assert reg.report() is None, reg.report()
     assert cap.reports, "the pass never ran"
     report = cap.reports[-1]
     for gm in cap.after:
@@ -136,3 +167,20 @@ def clones_in(gm: torch.fx.GraphModule) -> int:
 @pytest.fixture(params=[True, False], ids=["v2", "v1"])
 def v2(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many random programs were rejected because Inductor alone is
+    wrong on them too (tests/test_random_programs.py): never silent."""
+    import sys
+
+    randprog = sys.modules.get("randprog")
+    discarded = getattr(randprog, "DISCARDED", None)
+    if not discarded:
+        return
+    terminalreporter.section("random programs not judged (Inductor alone is wrong too)")
+    for line in discarded[:20]:
+        terminalreporter.write_line(line)
+    if len(discarded) > 20:
+        terminalreporter.write_line(f"... {len(discarded) - 20} more")
+    terminalreporter.write_line(f"{len(discarded)} in all")

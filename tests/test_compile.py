@@ -550,3 +550,132 @@ def test_control_deps_ordered_after_the_call_depend_on_the_written_buffer(v2):
     assert p.report is not None and p.report.reinplaced == 1
     (dep,) = p.deps
     assert dep.target is torch.ops.aten.mul.Tensor  # y's buffer, written in place
+
+
+# ---------------------------------------------------------------------------
+# Clones must keep the exact layout of the value they stand for: kernels read
+# raw strides (size-1 and size-0 dims included). `fxr_test::strided_`
+# reports the layouts it is called with; `compile_and_compare` fails when
+# they differ from eager's.
+
+
+def _k_pe_cut_from_kv(h, w, c):
+    # k_pe: [T, 1, 64] cut from the [T, 3, 64] kv buffer (stride (192, 64, 1), offset 128).
+    kv = (h @ w).view(-1, 3, 64)
+    kv2 = kv.clone()  # removed by remove_noop_ops: the op then writes kv itself
+    torch.ops.fxr_test.strided_(kv2[:, 2:3, :], c, 0)
+    return kv2 * 2 + kv  # reads the new and the old kv in one node: it cannot move, kv is cloned
+
+
+def _k_pe_contiguous(h, w, c):
+    # k_pe: a contiguous [T, 1, 64] intermediate (stride (64, 64, 1)).
+    k_pe = (h @ w).view(-1, 1, 64)
+    k2 = k_pe.clone()
+    torch.ops.fxr_test.strided_(k2, c, 0)
+    return k2 * 2 + k_pe
+
+
+def _k_pe_empty(h, w, c):
+    # An empty [T, 0, 64] slice of kv (stride (192, 64, 1), offset 192).
+    kv = (h @ w).view(-1, 3, 64)
+    kv2 = kv.clone()
+    torch.ops.fxr_test.strided_(kv2[:, 3:3, :], c[:, :0], 0)
+    return kv2 * 2 + kv
+
+
+_SYMBOLIC_OFFSET = pytest.mark.xfail(
+    strict=True,
+    raises=torch._inductor.exc.InductorError,
+    reason="v1, dynamic=True (the weight width is symbolic too): the view's storage offset is symbolic "
+    "and the pass refuses the exact clone (UnsupportedGraphError in strict mode); Inductor alone gives "
+    "wrong values on the `cut` program",
+)
+
+
+def _layout_cases():
+    fns = {"cut": _k_pe_cut_from_kv, "contiguous": _k_pe_contiguous, "empty": _k_pe_empty}
+    for name, fn in fns.items():
+        for form in ("v2", "v1"):
+            for dyn in ("static", "dynamic", "tokens"):
+                symbolic_offset = name != "contiguous" and (form, dyn) == ("v1", "dynamic")
+                marks = [_SYMBOLIC_OFFSET] if symbolic_offset else []
+                yield pytest.param(fn, form == "v2", dyn, id=f"{name}-{form}-{dyn}", marks=marks)
+
+
+@pytest.mark.parametrize(("fn", "v2", "dynamic"), list(_layout_cases()))
+def test_clone_keeps_the_layout_a_stride_reading_kernel_sees(fn, v2, dynamic):
+    # dynamic: "static"; "dynamic" (torch.compile(dynamic=True): every size
+    # symbolic, the weight's too); "tokens" (only the token count symbolic,
+    # with mark_dynamic, as serving engines compile).
+    def inputs(t):
+        g = torch.Generator().manual_seed(t)
+        width = 192 if fn is not _k_pe_contiguous else 64
+        return (
+            torch.randn(t, 16, generator=g),
+            torch.randn(16, width, generator=g),
+            torch.randn(t, 1, 64, generator=g),
+        )
+
+    # Dynamic: one compiled graph, run for two token counts.
+    c = compile_and_compare(
+        fn,
+        *inputs(5),
+        v2=v2,
+        dynamic=True if dynamic == "dynamic" else None,
+        more_inputs=(inputs(7),) if dynamic != "static" else (),
+        mark_dynamic=((0, 0), (2, 0)) if dynamic == "tokens" else (),
+    )
+    assert len(c.report.clones) == 1, c.report.summary()
+    if dynamic != "static":
+        assert len(c.capture.reports) == 1, "recompiled for the second token count"
+
+
+# ---------------------------------------------------------------------------
+# A reader of the old value of a written intermediate, used later: Inductor
+# computes pointwise and reduction nodes lazily, inside the kernel of their
+# first realized user, so the reader must be realized before the in-place
+# call (or the old value cloned). Only a full compile shows it.
+
+_READERS = {
+    "add": lambda x: x + 0.5,
+    "sum0": lambda x: x.sum(0),
+    "t_contiguous": lambda x: x.t().contiguous(),
+    "to_float64": lambda x: x.to(torch.float64),
+    "t_reshape": lambda x: x.t().reshape(-1),
+}
+
+
+def _other_op(r):
+    out = torch.empty_like(r)
+    torch.ops.fxr_test.add_into(out, r, r)
+    return out
+
+
+_USERS = {
+    "view": lambda r: r.view(-1),
+    "slice": lambda r: r[1:],
+    "mul": lambda r: r * 3,
+    "stack": lambda r: torch.stack([r, r]),
+    "cat": lambda r: torch.cat([r, r]),
+    "other_op": _other_op,
+    "return": lambda r: r,
+}
+
+
+def _reader_cases():
+    for reader, user in [(r, "view") for r in _READERS] + [("add", u) for u in _USERS if u != "view"]:
+        for form in ("v2", "v1"):
+            yield pytest.param(reader, user, form == "v2", id=f"{reader}-{user}-{form}")
+
+
+@pytest.mark.parametrize(("reader", "user", "v2"), list(_reader_cases()))
+def test_reader_of_old_value_is_computed_before_the_in_place_call(reader, user, v2):
+    read, use = _READERS[reader], _USERS[user]
+
+    def f(a):
+        x = a * 2
+        r = read(x)
+        torch.ops.fxr_test.bump_(x)
+        return use(r), x
+
+    compile_and_compare(f, torch.arange(12.0).reshape(3, 4), v2=v2)
