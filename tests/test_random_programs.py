@@ -880,7 +880,7 @@ FULL_REGRESSIONS: dict[str, Program] = {
         steps=(("stack", (0, 0), 0), ("unary", "mul2", 2), ("unary", "mul2", 3), ("rot_", 4, 0, 3)),
         outputs=(("direct", 4),),
     ),
-    # Still open, every form: `v3 = x2 + 1` ([4, 1, 8]) is written in place as
+    # Once open, every form: `v3 = x2 + 1` ([4, 1, 8]) is written in place as
     # `res` without a clone (the clone is of x2, aliased by the read argument
     # w); Inductor lays the pointwise buffer out with stride 32 on the size-1
     # dim, eager has 8.
@@ -891,19 +891,11 @@ FULL_REGRESSIONS: dict[str, Program] = {
     ),
 }
 
-# The cases still open share one cause: the direct call fxrewrite makes has no
-# meta["eager_input_vals"], so Inductor puts no layout constraint on the custom
-# op's arguments (graph.py: "this operator was inserted by a custom pass so
-# we'll give them the freedom"), where its own decomposition of
-# auto_functionalized carries the node's eager_input_vals over to the call.
-# Copying them onto the call (a v1 hack in a test pass) makes all of them pass.
-_NO_EAGER_INPUT_VALS = "no eager_input_vals on the direct call: Inductor constrains no argument layout"
-_NO_LAYOUT_CONSTRAINT = pytest.mark.xfail(strict=True, raises=AssertionError, reason=_NO_EAGER_INPUT_VALS)
-_RESHAPE_LOST = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="write through an unconstrained aten.reshape lowered as a copy is lost; " + _NO_EAGER_INPUT_VALS,
-)
+# These shared one cause, now fixed: the direct call fxrewrite made had no
+# meta["eager_input_vals"], so Inductor put no layout constraint on the
+# custom op's arguments, where its own decomposition of auto_functionalized
+# carries the node's eager_input_vals over to the call. The applier now gives
+# the call eager_input_vals (python/fxrewrite/apply.py).
 
 
 @pytest.mark.parametrize(
@@ -921,72 +913,18 @@ _RESHAPE_LOST = pytest.mark.xfail(
         pytest.param("dynamic_clone_of_base_without_static_layout", True, True, id="dynamic_base_clone-v2"),
         pytest.param("dynamic_view_of_base_without_static_layout", True, True, id="dynamic_base_view-v2"),
         pytest.param("dynamic_v1_transposed_copy_stride", False, True, id="dynamic_transposed_copy-v1"),
-        pytest.param(
-            "dynamic_v1_write_through_reshape_lost",
-            False,
-            True,
-            id="reshape_lost-v1-dynamic",
-            marks=_RESHAPE_LOST,
-        ),
+        pytest.param("dynamic_v1_write_through_reshape_lost", False, True, id="reshape_lost-v1-dynamic"),
         pytest.param("dynamic_v1_write_through_reshape_lost", True, True, id="reshape-v2-dynamic"),
-        pytest.param(
-            "written_pointwise_size1_stride",
-            True,
-            False,
-            id="written_pointwise-v2",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "written_pointwise_size1_stride",
-            False,
-            True,
-            id="written_pointwise-v1-dynamic",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "written_select_of_input_size1_stride",
-            False,
-            False,
-            id="written_select-v1",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "written_view_select_size1_stride",
-            False,
-            False,
-            id="written_view_select-v1",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "read_unsqueezed_chunk_size1_stride", True, False, id="read_chunk-v2", marks=_NO_LAYOUT_CONSTRAINT
-        ),
-        pytest.param(
-            "read_unsqueezed_chunk_size1_stride",
-            False,
-            False,
-            id="read_chunk-v1",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "read_pointwise_into_out_buffer", False, False, id="out_buffer-v1", marks=_NO_LAYOUT_CONSTRAINT
-        ),
-        pytest.param(
-            "read_pointwise_into_out_buffer",
-            True,
-            True,
-            id="out_buffer-v2-dynamic",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
-        pytest.param(
-            "read_pointwise_size1_stride", True, False, id="read_pointwise-v2", marks=_NO_LAYOUT_CONSTRAINT
-        ),
-        pytest.param(
-            "read_pointwise_size1_stride",
-            False,
-            True,
-            id="read_pointwise-v1-dynamic",
-            marks=_NO_LAYOUT_CONSTRAINT,
-        ),
+        pytest.param("written_pointwise_size1_stride", True, False, id="written_pointwise-v2"),
+        pytest.param("written_pointwise_size1_stride", False, True, id="written_pointwise-v1-dynamic"),
+        pytest.param("written_select_of_input_size1_stride", False, False, id="written_select-v1"),
+        pytest.param("written_view_select_size1_stride", False, False, id="written_view_select-v1"),
+        pytest.param("read_unsqueezed_chunk_size1_stride", True, False, id="read_chunk-v2"),
+        pytest.param("read_unsqueezed_chunk_size1_stride", False, False, id="read_chunk-v1"),
+        pytest.param("read_pointwise_into_out_buffer", False, False, id="out_buffer-v1"),
+        pytest.param("read_pointwise_into_out_buffer", True, True, id="out_buffer-v2-dynamic"),
+        pytest.param("read_pointwise_size1_stride", True, False, id="read_pointwise-v2"),
+        pytest.param("read_pointwise_size1_stride", False, True, id="read_pointwise-v1-dynamic"),
     ],
 )
 def test_regression_full_compile(name: str, v2: bool, dynamic: bool) -> None:

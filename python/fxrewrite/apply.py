@@ -190,9 +190,7 @@ def apply_plan(graph: torch.fx.Graph, enc: Encoded, plan: dict[str, Any]) -> Non
                 if p.meta_val is not None:
                     created.meta["val"] = p.meta_val
                 if "Target" in body["callee"] and p.origin is not None:
-                    eager = _eager_input_vals(
-                        p.origin, p.callee, created, fake_mode if fake_mode_looked_up else None
-                    )
+                    eager = _eager_input_vals(p.origin, p.callee, created)
                     if eager is not None:
                         created.meta["eager_input_vals"] = eager
                 trace = p.origin.meta.get("stack_trace")
