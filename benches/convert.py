@@ -3,9 +3,9 @@ of ``benches/make_graphs.py``: what the stable-ABI (abi3) build can cost.
 
     python benches/convert.py [--sizes 1e3,1e4] [--forms v2,v1] [--repeat 21]
 
-- ``from_parts``: ``_core.Graph.from_parts`` on the encoder's tuples (every
-  node read from Python objects into the IR);
-- ``plan``: the engine with the GIL released, and its plan back as JSON;
+- ``from_fx``: ``_core.Graph.from_fx``, the pass's reader: one walk over the
+  live graph's nodes, every node read from Python objects into the IR;
+- ``plan``: the engine with the GIL released (the plan stays in Rust);
 - ``to_parts``: the IR back into Python tuples.
 
 Medians of process CPU time. To compare builds, install each wheel in turn
@@ -47,16 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=21)
     args = ap.parse_args(argv)
     print(f"native module: {Path(_core.__file__).name}; Python {sys.version.split()[0]}; CPU time, median")
-    print(f"{'nodes':>7} {'form':>4} {'from_parts':>11} {'plan':>9} {'to_parts':>9}")
+    print(f"{'nodes':>7} {'form':>4} {'from_fx':>11} {'plan':>9} {'to_parts':>9}")
     for size in (int(float(s)) for s in args.sizes.split(",") if s.strip()):
         for form in (f.strip() for f in args.forms.split(",") if f.strip()):
             v2 = form == "v2"
             gm, _ = make_graphs.build_layers(make_graphs.layers_for(size, v2), v2, codegen=False)
-            parts = encode(gm.graph, meta_mode="operands").parts
-            native = _core.Graph.from_parts(*parts)
+            native = encode(gm.graph, meta_mode="operands").native
             row = [
-                median_ms(lambda parts=parts: _core.Graph.from_parts(*parts), args.repeat),
-                median_ms(native.plan_json, args.repeat),
+                median_ms(lambda gm=gm: _core.Graph.from_fx(gm.graph, meta="operands"), args.repeat),
+                median_ms(native.plan, args.repeat),
                 median_ms(native.to_parts, args.repeat),
             ]
             print(f"{len(native):>7} {form:>4} " + " ".join(f"{ms:>8.2f} ms" for ms in row))

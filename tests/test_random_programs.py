@@ -899,7 +899,7 @@ FULL_REGRESSIONS: dict[str, Program] = {
 # meta["eager_input_vals"], so Inductor put no layout constraint on the
 # custom op's arguments, where its own decomposition of auto_functionalized
 # carries the node's eager_input_vals over to the call. The applier now gives
-# the call eager_input_vals (python/fxrewrite/apply.py).
+# the call eager_input_vals (python/fxrewrite/fx_meta.py).
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import torch._dynamo
 from torch._inductor import config as inductor_config
 
 import fxrewrite
-import fxrewrite.pipeline as rewrite_mod
+import fxrewrite.fx_meta as fx_meta
 from conftest import Capture
 from fxrewrite.encode import is_auto_functionalized
 
@@ -36,6 +36,17 @@ def _program(x, res, w):
     torch.ops.fxr_test.add_into(out, y, w)
     torch.ops.fxr_test.fused_add_(x, res, w)
     return out + y.sum(0)
+
+
+def _program_with_realize(x, res, w):
+    # `r` reads `y` before bump_ writes it: a realize mark, an in-place
+    # call, then a second call.
+    y = x * 2
+    r = y + 0.5
+    torch.ops.fxr_test.bump_(y)
+    out = torch.empty_like(y)
+    torch.ops.fxr_test.add_into(out, r, w)
+    return out, y
 
 
 # All one shape: the post-grad placeholders may come in another order than the
@@ -63,25 +74,52 @@ def test_unknown_auto_functionalized_argument_is_left_and_reported(caplog):
         fxrewrite.rewrite(copy.deepcopy(gm.graph), strict=True)
 
 
-def test_a_failing_plan_leaves_the_graph_exactly_as_it_was(monkeypatch, caplog):
-    gm = _post_grad_graph(_program, *INPUTS)
+_HOOKS = ("compute", "eager_input_vals")
+
+
+def _count_hooks(monkeypatch, fail_at: int | None = None) -> dict[str, int]:
+    """Counts the FX editor's calls into ``fx_meta`` (one or two per node it
+    creates, made right after creating it) and makes the ``fail_at``-th
+    raise."""
+    calls = {"n": 0}
+    for name in _HOOKS:
+        real = getattr(fx_meta, name)
+
+        def hook(*args, _real=real):
+            calls["n"] += 1
+            if calls["n"] == fail_at:
+                raise RuntimeError("injected failure")
+            return _real(*args)
+
+        monkeypatch.setattr(fx_meta, name, hook)
+    return calls
+
+
+@pytest.mark.parametrize("fail_at", [1, 2])
+def test_a_failure_midway_leaves_the_graph_exactly_as_it_was(monkeypatch, caplog, fail_at):
+    # Inserted nodes, re-pointed users and realize marks made before the
+    # failure are all undone by the one applier's rollback.
+    gm = _post_grad_graph(_program_with_realize, *INPUTS)
+    probe = copy.deepcopy(gm)
+    with monkeypatch.context() as m:
+        counted = _count_hooks(m)
+        report = fxrewrite.rewrite(probe.graph, strict=True)
+    assert counted["n"] == 2 and report.realized == 1, (counted, report.summary())
+
     before = str(gm.graph)
-    real_loads = json.loads
-
-    def corrupt(text: str):
-        plan = real_loads(text)
-        if isinstance(plan, dict) and "edits" in plan:
-            plan["edits"] = [e for e in plan["edits"] if "Replace" not in e]
-        return plan
-
-    monkeypatch.setattr(rewrite_mod.json, "loads", corrupt)
-    with caplog.at_level(logging.WARNING, logger="fxrewrite"):
-        report = fxrewrite.rewrite(gm.graph)
-    assert report.error and "InternalError" in report.error
+    metas = [(n.name, set(n.meta)) for n in gm.graph.nodes]
+    with monkeypatch.context() as m:
+        _count_hooks(m, fail_at)
+        with caplog.at_level(logging.WARNING, logger="fxrewrite"):
+            report = fxrewrite.rewrite(gm.graph)
+    assert report.error and "InternalError" in report.error and "injected failure" in report.error
     assert str(gm.graph) == before
+    assert [(n.name, set(n.meta)) for n in gm.graph.nodes] == metas
     gm.graph.lint()
-    with pytest.raises(fxrewrite.InternalError):
-        fxrewrite.rewrite(gm.graph, strict=True)
+    with monkeypatch.context() as m:
+        _count_hooks(m, fail_at)
+        with pytest.raises(fxrewrite.InternalError, match="injected failure"):
+            fxrewrite.rewrite(gm.graph, strict=True)
     assert str(gm.graph) == before
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "Graph",
     "InternalError",
     "InvalidGraphError",
+    "Plan",
     "UnsupportedGraphError",
     "engine_fingerprint",
 ]
@@ -51,8 +52,38 @@ class InternalError(FxrewriteError):
     """A bug in fxrewrite; the graph was left untouched."""
 
 @final
+class Plan:
+    """The engine's plan for one graph, kept in Rust until it is applied."""
+
+    def report_json(self) -> str:
+        """The report (what was rewritten, cloned, left, and why) as JSON text."""
+
+    def edits_json(self) -> str:
+        """The edits as JSON text, for tools that draw them (``explain --html``)."""
+
+    def __len__(self) -> int:
+        """Number of edits."""
+
+@final
 class Graph:
     """A graph in fxrewrite's compact IR, owned by Rust."""
+
+    @staticmethod
+    def from_fx(
+        fx_graph: Any, *, meta: str = "operands", sources: bool = False
+    ) -> tuple[Graph, list[Any], list[Any]]:
+        """Reads a live ``torch.fx.Graph`` in one walk over its nodes and validates it.
+
+        Returns the graph, the FX nodes in order and the callables by target index.
+
+        Arguments:
+            meta: ``"all"``, ``"operands"`` (only where the engine reads it) or ``"none"``.
+            sources: keep each node's user source line.
+
+        Raises:
+            InvalidGraphError: the graph breaks an invariant of the IR.
+            ValueError: an unknown opcode, an argument that refers to a later node, a bad ``meta``.
+        """
 
     @staticmethod
     def from_parts(targets: Any, nodes: Any) -> Graph:
@@ -89,15 +120,25 @@ class Graph:
     def show(self) -> str:
         """The graph in the text form ``print(torch.fx.Graph)`` uses."""
 
-    def rewritten(self) -> tuple[Graph, str]:
-        """Plans and applies the rewrite in Rust: the rewritten graph and the plan as JSON text.
+    def rewritten(self) -> tuple[Graph, Plan]:
+        """Plans and applies the rewrite in Rust (GIL released): the rewritten graph and the plan.
 
         Raises:
             InternalError: the plan did not fit the graph (a bug; nothing is returned).
         """
 
-    def plan_json(self) -> str:
-        """Plans the rewrite (GIL released); returns the plan, edits and report, as JSON text."""
+    def plan(self) -> Plan:
+        """Plans the rewrite (GIL released)."""
+
+    def apply_fx(self, plan: Plan, fx_graph: Any, nodes: list[Any], targets: list[Any]) -> None:
+        """Applies ``plan``, made from this graph, to ``fx_graph``, the live
+        ``torch.fx.Graph`` this graph was encoded from and unchanged since
+        (``nodes``: its nodes in order; ``targets``: the callables by target
+        index). All or nothing: on any error the live graph is restored.
+
+        Raises:
+            InternalError: the plan does not fit the graph, or the graph refused an edit.
+        """
 
     def to_parts(self) -> tuple[list[Any], list[Any]]:
         """The graph as the encoder's ``(targets, nodes)`` tuples."""

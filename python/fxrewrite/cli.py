@@ -228,9 +228,9 @@ def _one_file(args: argparse.Namespace) -> Path:
     return path
 
 
-def _plan(g: _core.Graph) -> tuple[dict[str, Any], Report]:
-    plan = json.loads(g.plan_json())
-    return plan, Report.from_engine(plan["report"])
+def _plan(g: _core.Graph) -> tuple[_core.Plan, Report]:
+    plan = g.plan()
+    return plan, Report.from_engine(json.loads(plan.report_json()))
 
 
 def _info(g: _core.Graph) -> dict[str, str]:
@@ -385,8 +385,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _cmd_rewrite(args: argparse.Namespace) -> int:
     f = _one_file(args)
     g = _load(args, f)
-    rewritten, plan_json = g.rewritten()
-    report = Report.from_engine(json.loads(plan_json)["report"])
+    rewritten, plan = g.rewritten()
+    report = Report.from_engine(json.loads(plan.report_json()))
     info = [*g.info, ("rewritten_by", "fxrewrite")]
     _write_output(args.output, rewritten.write(info))
 

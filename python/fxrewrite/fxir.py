@@ -165,8 +165,7 @@ def save(graph_or_module: Any, path: str | os.PathLike[str], *, origin: str = ""
     from .encode import encode
 
     graph = graph_or_module.graph if isinstance(graph_or_module, torch.fx.GraphModule) else graph_or_module
-    enc = encode(graph, with_sources=True)
-    native = _core.Graph.from_parts(*enc.parts)
+    native = encode(graph, with_sources=True).native
     info = [("torch_version", str(torch.__version__)), ("producer", f"fxrewrite {__version__}")]
     if origin:
         info.append(("origin", origin))
@@ -285,8 +284,7 @@ def native_from_export(
         writebacks = materialize_writebacks(ep)
     except FxrewriteError as e:
         raise FxrewriteError(f"{path}: {e}") from e
-    enc = encode(ep.graph, with_sources=True)
-    native = _core.Graph.from_parts(*enc.parts)
+    native = encode(ep.graph, with_sources=True).native
     sig = ep.graph_signature
     mutated = sorted(set(sig.user_inputs_to_mutate.values()) | set(sig.buffers_to_mutate.values()))
     info = [("torch_version", str(torch.__version__)), ("origin", f"torch.export archive {Path(path).name}")]

@@ -433,9 +433,9 @@ def render_html(g: _core.Graph, *, title: str, node: str | None = None, dot: str
     import json
 
     dot = dot or find_dot()
-    rewritten, plan_json = g.rewritten()
-    plan = json.loads(plan_json)
-    report = Report.from_engine(plan["report"])
+    rewritten, native_plan = g.rewritten()
+    plan = {"edits": json.loads(native_plan.edits_json())}
+    report = Report.from_engine(json.loads(native_plan.report_json()))
     before, after = _Table(g), _Table(rewritten)
     regs = [r for r in regions(before, after, plan, report) if node is None or r.decision.node == node]
     sources = []

@@ -159,7 +159,7 @@ def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> An
             from .fxir import read_native
 
             return read_native(Path(save_dir) / f"{stem}-before.fxir", None)
-        return _core.Graph.from_parts(*encode(graph, with_sources=True, meta_mode="operands").parts)
+        return encode(graph, with_sources=True, meta_mode="operands").native
     except Exception as e:
         log.warning("fxrewrite: no HTML view of %s: %s", stem or "this graph", e)
         return None

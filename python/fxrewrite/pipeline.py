@@ -11,7 +11,6 @@ from collections import Counter
 import torch.fx
 
 from . import _core
-from .apply import apply_plan
 from .encode import encode, is_auto_functionalized
 from .report import Report
 
@@ -43,15 +42,15 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
     try:
         enc = encode(graph, meta_mode="operands")
         t1 = time.perf_counter()
-        native = _core.Graph.from_parts(*enc.parts)
-        plan = json.loads(native.plan_json())
+        native = enc.native
+        plan = native.plan()
         t2 = time.perf_counter()
-        report = Report.from_engine(plan["report"])
+        report = Report.from_engine(json.loads(plan.report_json()))
         if strict and report.left:
             d = report.left[0]
             raise _core.UnsupportedGraphError(f"cannot rewrite {d.node} ({d.op}): {d.reason}")
         calls_before = _mutating_calls(graph)
-        apply_plan(graph, enc, plan)
+        native.apply_fx(plan, graph, enc.nodes, enc.targets)
         t3 = time.perf_counter()
         _verify(graph, report, calls_before)
     except _core.UnsupportedGraphError:
@@ -117,7 +116,7 @@ def _add_sources(graph: torch.fx.Graph, report: Report) -> None:
     """Source lines for the nodes a report names, looked up only for them."""
     from dataclasses import replace
 
-    from .encode import _source_line
+    from .encode import source_line
 
     by_name = None
     for i, d in enumerate(report.decisions):
@@ -126,7 +125,7 @@ def _add_sources(graph: torch.fx.Graph, report: Report) -> None:
         if by_name is None:
             by_name = {n.name: n for n in graph.nodes}
         clones = [
-            replace(c, reader_source=c.reader_source or _trace_of(by_name, c.reader, _source_line))
+            replace(c, reader_source=c.reader_source or _trace_of(by_name, c.reader, source_line))
             for c in d.clones
         ]
         report.decisions[i] = replace(d, clones=clones)

@@ -114,7 +114,8 @@ fn ty(code: u8) -> PyResult<ArgType> {
 type ArgTuple = (String, u8, Option<String>, bool, bool);
 type RetTuple = (u8, Option<String>, bool);
 
-fn schema_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<OpSchema>> {
+/// Schema facts from `fxrewrite.encode.schema_facts`' tuple (`None`: no schema).
+pub(super) fn schema_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<OpSchema>> {
     if obj.is_none() {
         return Ok(None);
     }
@@ -155,6 +156,25 @@ type MetaTuple = (
     String,
 );
 
+/// Tensor metadata from `fxrewrite.encode.tensor_meta`'s tuple (`None`: none).
+pub(super) fn meta_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<TensorMeta>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let (dtype, rank, shape, stride, storage_offset, itemsize, storage, device): MetaTuple =
+        obj.extract()?;
+    Ok(Some(TensorMeta {
+        dtype,
+        rank,
+        shape,
+        stride,
+        storage_offset,
+        itemsize,
+        storage,
+        device,
+    }))
+}
+
 /// Builds a graph from `(targets, nodes)` (see encode.py for the layout).
 pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) -> PyResult<Graph> {
     let mut g = Graph::new();
@@ -192,23 +212,7 @@ pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) ->
             let (k, v): (String, Bound<'_, PyAny>) = kv.extract()?;
             kwargs.push((k, value_from(&v, 0)?));
         }
-        let meta_obj = n.get_item(5)?;
-        let meta = if meta_obj.is_none() {
-            None
-        } else {
-            let (dtype, rank, shape, stride, storage_offset, itemsize, storage, device): MetaTuple =
-                meta_obj.extract()?;
-            Some(TensorMeta {
-                dtype,
-                rank,
-                shape,
-                stride,
-                storage_offset,
-                itemsize,
-                storage,
-                device,
-            })
-        };
+        let meta = meta_from(&n.get_item(5)?)?;
         let source: Option<String> = n.get_item(6)?.extract()?;
         g.nodes.push(Node {
             op,

@@ -3,15 +3,50 @@
 //!
 //! The encoder (`python/fxrewrite/encode.py`) hands over plain tuples; they
 //! are converted to an owned [`Graph`] while the GIL is held, then the engine
-//! runs with the GIL released, and the plan comes back as JSON text.
+//! runs with the GIL released. The plan stays in Rust (an opaque [`PyPlan`]):
+//! the one applier (`crate::plan::apply`) applies it to the live graph
+//! through [`fx_editor::FxEditor`], and only the report crosses to Python.
 
 mod convert;
 mod errors;
+mod fx_editor;
+mod fx_reader;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::ir::Graph;
+
+/// A plan made by the engine, kept in Rust until it is applied.
+#[pyclass(name = "Plan", module = "fxrewrite._core", frozen)]
+struct PyPlan {
+    plan: crate::plan::Plan,
+}
+
+#[pymethods]
+impl PyPlan {
+    /// The report (what was rewritten, cloned, left, and why) as JSON text.
+    fn report_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.plan.report)
+            .map_err(|e| errors::InternalError::new_err(e.to_string()))
+    }
+
+    /// The edits as JSON text, for tools that draw them (`explain --html`);
+    /// the pass itself never reads them.
+    fn edits_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.plan.edits)
+            .map_err(|e| errors::InternalError::new_err(e.to_string()))
+    }
+
+    /// Number of edits.
+    fn __len__(&self) -> usize {
+        self.plan.edits.len()
+    }
+}
+
+/// What `Graph.from_fx` returns: the graph, the FX nodes by index and the
+/// callables by target index.
+type FromFx<'py> = (PyGraph, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
 
 /// A graph in fxrewrite's compact IR, owned by Rust.
 #[pyclass(name = "Graph", module = "fxrewrite._core", frozen)]
@@ -32,6 +67,39 @@ impl PyGraph {
             graph,
             info: Vec::new(),
         })
+    }
+
+    /// Reads a live `torch.fx.Graph` in one walk over its nodes and validates
+    /// it: the graph, its nodes in order and its callables by target index.
+    /// `meta`: `"all"`, `"operands"` (only where the engine reads it) or
+    /// `"none"`; `sources`: keep each node's user source line.
+    #[staticmethod]
+    #[pyo3(signature = (fx_graph, *, meta = "operands", sources = false))]
+    fn from_fx<'py>(
+        fx_graph: &Bound<'py, PyAny>,
+        meta: &str,
+        sources: bool,
+    ) -> PyResult<FromFx<'py>> {
+        let mode = match meta {
+            "all" => fx_reader::MetaMode::All,
+            "operands" => fx_reader::MetaMode::Operands,
+            "none" => fx_reader::MetaMode::Nothing,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "meta must be \"all\", \"operands\" or \"none\", not {other:?}"
+                )))
+            }
+        };
+        let read = fx_reader::read(fx_graph, mode, sources)?;
+        crate::ir::validate::validate(&read.graph).map_err(errors::to_py)?;
+        Ok((
+            Self {
+                graph: read.graph,
+                info: Vec::new(),
+            },
+            read.nodes,
+            read.targets,
+        ))
     }
 
     /// Reads a `.fxir` file's bytes (GIL released while decoding).
@@ -66,13 +134,36 @@ impl PyGraph {
             .map_err(|e| errors::InternalError::new_err(e.to_string()))
     }
 
-    /// Plans the rewrite; returns the plan (edits and report) as JSON text.
-    fn plan_json(&self, py: Python<'_>) -> PyResult<String> {
+    /// Plans the rewrite (GIL released).
+    fn plan(&self, py: Python<'_>) -> PyResult<PyPlan> {
         let graph = &self.graph;
         let plan = py
             .detach(|| crate::engine::plan(graph))
             .map_err(errors::to_py)?;
-        serde_json::to_string(&plan).map_err(|e| errors::InternalError::new_err(e.to_string()))
+        Ok(PyPlan { plan })
+    }
+
+    /// Applies `plan`, made from this graph, to `fx_graph`, the live
+    /// `torch.fx.Graph` this graph was encoded from (`nodes`: its nodes in
+    /// order; `targets`: the callables by target index), unchanged since.
+    /// All or nothing: on any error the live graph is restored.
+    fn apply_fx(
+        &self,
+        plan: &PyPlan,
+        fx_graph: &Bound<'_, PyAny>,
+        nodes: Vec<Bound<'_, PyAny>>,
+        targets: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if nodes.len() != self.graph.len() {
+            return Err(errors::InternalError::new_err(format!(
+                "the live graph has {} nodes, the planned one {}",
+                nodes.len(),
+                self.graph.len()
+            )));
+        }
+        let mut editor = fx_editor::FxEditor::new(fx_graph.clone(), nodes, targets)?;
+        crate::plan::apply::apply(&self.graph, &plan.plan, &mut editor).map_err(errors::to_py)?;
+        editor.finish()
     }
 
     /// The graph in the text form `print(torch.fx.Graph)` uses.
@@ -80,9 +171,9 @@ impl PyGraph {
         crate::ir::show::to_fx_text(&self.graph)
     }
 
-    /// Plans and applies the rewrite in Rust: the rewritten graph and the plan
-    /// as JSON text (GIL released throughout).
-    fn rewritten(&self, py: Python<'_>) -> PyResult<(Self, String)> {
+    /// Plans and applies the rewrite in Rust (GIL released throughout): the
+    /// rewritten graph and the plan.
+    fn rewritten(&self, py: Python<'_>) -> PyResult<(Self, PyPlan)> {
         let graph = &self.graph;
         let (out, plan) = py
             .detach(|| -> crate::Result<_> {
@@ -91,14 +182,12 @@ impl PyGraph {
                 Ok((out, plan))
             })
             .map_err(errors::to_py)?;
-        let json = serde_json::to_string(&plan)
-            .map_err(|e| errors::InternalError::new_err(e.to_string()))?;
         Ok((
             Self {
                 graph: out,
                 info: self.info.clone(),
             },
-            json,
+            PyPlan { plan },
         ))
     }
 
@@ -135,6 +224,7 @@ fn engine_fingerprint() -> String {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<PyGraph>()?;
+    m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("USER_ALIASED_READS", crate::forms::call::USER_ALIASED_READS)?;

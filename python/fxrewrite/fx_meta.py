@@ -1,0 +1,146 @@
+"""Tensor metadata for the applier on a live graph: the torch half of the FX
+editor (``rust/python/fx_editor.rs``), which calls these functions for the
+nodes it creates or re-points. The edits themselves, their order, the checks
+and the rollback are the one applier's, in Rust (``rust/plan/apply/``).
+
+Metadata is best effort: a value that cannot be computed is left unset, and
+Inductor's own ``FakeTensorUpdater`` computes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.fx
+
+_MISSING = object()
+
+
+def aten(qualname: str) -> Any:
+    """The overload ``ns::name.overload`` (``aten::clone.default``)."""
+    ns_name, overload = qualname.split(".", 1)
+    ns, name = ns_name.split("::", 1)
+    return getattr(getattr(getattr(torch.ops, ns), name), overload)
+
+
+def fake_mode_of(graph: torch.fx.Graph) -> Any:
+    """The fake mode of the graph's placeholder values; ``None`` if mixed or missing."""
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta["val"] for n in graph.find_nodes(op="placeholder") if "val" in n.meta]
+    try:
+        return detect_fake_mode(vals)
+    except Exception:  # mixed or missing modes: new nodes get no meta
+        return None
+
+
+def compute(fake_mode: Any, node: torch.fx.Node) -> Any:
+    """``node``'s value on its inputs' fake values, or ``None``."""
+    if fake_mode is None:
+        return None
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+    if args and args[0] is None:
+        return None
+    try:
+        with fake_mode:
+            return node.target(*args, **kwargs)
+    except Exception:  # metadata is best effort; the rewrite never depends on it
+        return None
+
+
+def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
+    """The ``eager_input_vals`` of the direct call that replaces ``af``: the
+    fake values its arguments had in eager, read off ``af``'s own record
+    (v1: the same arguments; v2: each written view cut again from its
+    eager base). Inductor lowers a custom operator with exactly those
+    strides (``constrain_to_fake_tensors``); without them it only keeps the
+    stride order, and a kernel can see another stride on a size-1
+    dimension than eager passed. ``None`` when ``af`` has no record."""
+    record = af.meta.get("eager_input_vals")
+    schema = getattr(op, "_schema", None)
+    if record is None or schema is None:
+        return None
+    _, eager = record
+    v2 = "_all_bases" in af.kwargs
+
+    def view(prefix: str) -> Any:
+        bases = eager.get("_all_bases") or []
+        index = af.kwargs.get(f"{prefix}_base_index")
+        if index is None or index >= len(bases) or bases[index] is None:
+            return None
+        base, kw = bases[index], af.kwargs
+        try:
+            with getattr(base, "fake_mode", None) or contextlib.nullcontext():
+                if f"{prefix}_storage_offset" in kw:
+                    return base.as_strided(
+                        kw[f"{prefix}_size"], kw[f"{prefix}_stride"], kw[f"{prefix}_storage_offset"]
+                    )
+                if f"{prefix}_slice_dim" in kw:
+                    dim = kw[f"{prefix}_slice_dim"]
+                    return torch.ops.aten.slice.Tensor(
+                        base, dim, kw[f"{prefix}_slice_start"], kw[f"{prefix}_slice_end"]
+                    )
+                return base
+        except Exception:  # no constraint rather than a wrong one
+            return None
+
+    def eager_of(a: Any) -> Any:
+        written = a.alias_info is not None and a.alias_info.is_write
+        if not (v2 and written):
+            v = eager.get(a.name)
+            return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
+        length = af.kwargs.get(f"_{a.name}_length", -1)
+        if length == -1:
+            return view(f"_{a.name}")
+        return None if length is None else [view(f"_{a.name}_{i}") for i in range(length)]
+
+    args, kwargs = [], {}
+    positional = iter(call.args)
+    for a in schema.arguments:
+        if a.kwarg_only:
+            if a.name in call.kwargs:
+                kwargs[a.name] = eager_of(a)
+        elif next(positional, _MISSING) is not _MISSING:
+            args.append(eager_of(a))
+    return (tuple(args), kwargs)
+
+
+def storage_of(v: Any) -> int | None:
+    if isinstance(v, torch.Tensor) and torch._C._has_storage(v):
+        return int(v.untyped_storage()._cdata)
+    return None
+
+
+def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: Any) -> None:
+    """Recomputes ``meta['val']`` of the views among re-pointed users (and
+    their views, transitively): a user whose value shared the replaced node's
+    storage is a view of it, and now views the replacement's memory.
+    Inductor's later passes read aliasing from ``meta['val']``; other users'
+    values (fresh tensors of unchanged shape) need nothing."""
+    if fake_mode is None:
+        return
+    for old_val, users in repointed:
+        old_storage = storage_of(old_val)
+        if old_storage is None:
+            continue
+        stack = list(users)
+        seen: set[torch.fx.Node] = set()
+        while stack:
+            u = stack.pop()
+            if u in seen or u.op != "call_function":
+                continue
+            seen.add(u)
+            val = u.meta.get("val")
+            items = val if isinstance(val, list | tuple) else [val]
+            if not any(storage_of(v) == old_storage for v in items):
+                continue
+            args, kwargs = torch.fx.node.map_arg((u.args, u.kwargs), lambda a: a.meta.get("val"))
+            try:
+                with fake_mode:
+                    u.meta["val"] = u.target(*args, **kwargs)
+            except Exception:  # best effort: Inductor's own update recomputes it
+                u.meta.pop("val", None)
+                continue
+            stack.extend(u.users)
