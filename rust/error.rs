@@ -38,10 +38,10 @@ pub enum Error {
         supported: u32,
     },
     /// A node that strict mode requires to be rewritten could not be.
-    #[error("cannot rewrite node {node} ({op}): {reason}")]
+    #[error("cannot rewrite {node} ({op}): {reason}")]
     Unsupported {
-        /// The node index.
-        node: u32,
+        /// The node's name.
+        node: String,
         /// The mutating operator.
         op: String,
         /// Why the node is left alone.
@@ -97,7 +97,7 @@ mod tests {
                 supported: 1,
             },
             Error::Unsupported {
-                node: 1,
+                node: "auto_functionalized_1".into(),
                 op: "a::b".into(),
                 reason: "r".into(),
             },
@@ -109,6 +109,8 @@ mod tests {
         let kinds: std::collections::BTreeSet<_> = errs.iter().map(Error::kind).collect();
         assert_eq!(kinds.len(), errs.len());
         assert!(errs[0].to_string().contains("at node 3:"));
-        assert!(errs[3].to_string().contains("a::b"));
+        assert!(errs[3]
+            .to_string()
+            .contains("auto_functionalized_1 (a::b): r"));
     }
 }

@@ -28,6 +28,7 @@ __all__ = [
     "Plan",
     "UnsupportedGraphError",
     "engine_fingerprint",
+    "inserted_op_schemas",
 ]
 
 class FxrewriteError(Exception):
@@ -57,6 +58,13 @@ class Plan:
 
     def report_json(self) -> str:
         """The report (what was rewritten, cloned, left, and why) as JSON text."""
+
+    def require_complete(self) -> None:
+        """Strict mode: raises if the plan leaves a node alone.
+
+        Raises:
+            UnsupportedGraphError: naming the first node left and why (``kind`` ``"unsupported"``).
+        """
 
     def edits_json(self) -> str:
         """The edits as JSON text, for tools that draw them (``explain --html``)."""
@@ -148,3 +156,7 @@ class Graph:
 
 def engine_fingerprint() -> str:
     """The engine version and the registered rule names, for cache keys."""
+
+def inserted_op_schemas() -> dict[str, tuple[list[Any], list[Any], int]]:
+    """The schema facts of every aten operator the engine may insert, as the
+    command line tool's applier knows them, in ``fxrewrite.encode.schema_facts``' layout."""

@@ -193,25 +193,6 @@ pub struct NodeReport {
     pub source: Option<String>,
 }
 
-/// Per-operator totals of a [`Report`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct OpSummary {
-    /// The operator.
-    pub op: String,
-    /// auto_functionalized nodes of this operator.
-    pub found: usize,
-    /// Rewritten with no copy.
-    pub reinplaced: usize,
-    /// Rewritten with at least one clone.
-    pub cloned: usize,
-    /// Left alone.
-    pub left: usize,
-    /// Readers moved.
-    pub moved: usize,
-    /// Bytes copied by clones, where static.
-    pub bytes_copied: u64,
-}
-
 /// Everything the engine decided about one graph.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Report {
@@ -228,34 +209,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// Per-operator totals, in order of first appearance.
-    #[must_use]
-    pub fn summary(&self) -> Vec<OpSummary> {
-        let mut out: Vec<OpSummary> = Vec::new();
-        for d in &self.decisions {
-            let pos = match out.iter().position(|s| s.op == d.op) {
-                Some(p) => p,
-                None => {
-                    out.push(OpSummary {
-                        op: d.op.clone(),
-                        ..OpSummary::default()
-                    });
-                    out.len() - 1
-                }
-            };
-            let s = &mut out[pos];
-            s.found += 1;
-            match d.action {
-                Action::Reinplaced => s.reinplaced += 1,
-                Action::Cloned => s.cloned += 1,
-                Action::Left => s.left += 1,
-            }
-            s.moved += d.moved.len();
-            s.bytes_copied += d.clones.iter().filter_map(|c| c.bytes).sum::<u64>();
-        }
-        out
-    }
-
     /// Number of nodes left alone.
     #[must_use]
     pub fn left(&self) -> usize {
@@ -263,6 +216,19 @@ impl Report {
             .iter()
             .filter(|d| d.action == Action::Left)
             .count()
+    }
+
+    /// The error strict mode raises: the first node left alone, if any.
+    #[must_use]
+    pub fn strict_error(&self) -> Option<crate::Error> {
+        self.decisions
+            .iter()
+            .find(|d| d.action == Action::Left)
+            .map(|d| crate::Error::Unsupported {
+                node: d.node.clone(),
+                op: d.op.clone(),
+                reason: d.reason.clone().unwrap_or_default(),
+            })
     }
 
     /// Number of clones kept.

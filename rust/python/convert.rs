@@ -227,37 +227,37 @@ pub fn graph_from_parts(targets: &Bound<'_, PyAny>, nodes: &Bound<'_, PyAny>) ->
     Ok(g)
 }
 
+/// The inverse of [`schema_from`]: `(args, returns, tag_bits)`.
+pub(super) fn schema_to<'py>(py: Python<'py>, s: &OpSchema) -> PyResult<Bound<'py, PyAny>> {
+    let alias =
+        |a: Option<&AliasInfo>| a.map_or((None, false), |al| (Some(al.set.clone()), al.is_write));
+    let args: Vec<ArgTuple> = s
+        .args
+        .iter()
+        .map(|a| {
+            let (set, w) = alias(a.alias.as_ref());
+            (a.name.clone(), a.ty.code(), set, w, a.kwarg_only)
+        })
+        .collect();
+    let rets: Vec<RetTuple> = s
+        .returns
+        .iter()
+        .map(|r| {
+            let (set, w) = alias(r.alias.as_ref());
+            (r.ty.code(), set, w)
+        })
+        .collect();
+    Ok((args, rets, s.tags.bits()).into_pyobject(py)?.into_any())
+}
+
 /// The inverse of [`graph_from_parts`].
 pub fn graph_to_parts<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyAny>> {
     let mut targets = Vec::with_capacity(g.targets.len());
     for t in &g.targets {
-        let schema =
-            match &t.schema {
-                None => py.None().into_bound(py),
-                Some(s) => {
-                    let args: Vec<ArgTuple> =
-                        s.args
-                            .iter()
-                            .map(|a| {
-                                let (set, w) = a.alias.as_ref().map_or((None, false), |al| {
-                                    (Some(al.set.clone()), al.is_write)
-                                });
-                                (a.name.clone(), a.ty.code(), set, w, a.kwarg_only)
-                            })
-                            .collect();
-                    let rets: Vec<RetTuple> =
-                        s.returns
-                            .iter()
-                            .map(|r| {
-                                let (set, w) = r.alias.as_ref().map_or((None, false), |al| {
-                                    (Some(al.set.clone()), al.is_write)
-                                });
-                                (r.ty.code(), set, w)
-                            })
-                            .collect();
-                    (args, rets, s.tags.bits()).into_pyobject(py)?.into_any()
-                }
-            };
+        let schema = match &t.schema {
+            None => py.None().into_bound(py),
+            Some(s) => schema_to(py, s)?,
+        };
         targets.push(PyTuple::new(
             py,
             [

@@ -49,6 +49,10 @@ pub struct FxEditor<'py> {
     /// `(old value, users moved off it)` per replacement: the views among
     /// those users now view the replacement's memory.
     repointed: Vec<(Bound<'py, PyAny>, Bound<'py, PyList>)>,
+    /// Nodes created or moved, and users re-pointed: the only nodes whose
+    /// operands can have changed place, so the only ones the order check
+    /// before erasing looks at.
+    touched: Vec<Bound<'py, PyAny>>,
 }
 
 fn py_err(e: &PyErr, py: Python<'_>, at: u32, what: &str) -> crate::Error {
@@ -80,6 +84,7 @@ impl<'py> FxEditor<'py> {
             fake_mode: None,
             undo: Vec::new(),
             repointed: Vec::new(),
+            touched: Vec::new(),
         })
     }
 
@@ -215,6 +220,7 @@ impl<'py> FxEditor<'py> {
             .call_method1("create_node", ("call_function", &callee, args, kwargs))?;
         self.undo.push(Undo::Insert(created.clone()));
         ins.before.call_method1("prepend", (&created,))?;
+        self.touched.push(created.clone());
         let meta = created.getattr("meta")?;
         if let Some(val) = self.meta_val(ins.meta, &created)? {
             meta.set_item("val", val)?;
@@ -253,6 +259,29 @@ impl<'py> FxEditor<'py> {
         }
         self.meta.call_method1("refresh_views", (pairs, mode))?;
         Ok(())
+    }
+
+    /// Every touched node comes after its operands and before its users, in
+    /// FX's own order (`Node.__lt__`, constant time): the self-check of the
+    /// edits, at a cost proportional to the nodes rewritten rather than a
+    /// full `graph.lint()`.
+    fn check_order(&self) -> PyResult<Option<String>> {
+        for n in &self.touched {
+            if n.getattr("_erased")?.is_truthy()? {
+                continue;
+            }
+            for inp in n.getattr("all_input_nodes")?.try_iter()? {
+                let inp = inp?;
+                if !inp.lt(n)? {
+                    return Ok(Some(format!(
+                        "{} uses {}, which comes after it",
+                        n.getattr("name")?,
+                        inp.getattr("name")?
+                    )));
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn undo_one(&self, entry: Undo<'py>) -> PyResult<()> {
@@ -313,6 +342,10 @@ impl<'py> Editor for FxEditor<'py> {
                 node: node.clone(),
                 next,
             });
+            self.touched.push(node.clone());
+            for u in node.getattr("users")?.try_iter()? {
+                self.touched.push(u?);
+            }
             Ok(())
         })();
         r.map_err(|e| py_err(&e, self.py, 0, "cannot move a node"))
@@ -333,6 +366,7 @@ impl<'py> Editor for FxEditor<'py> {
             }
             self.undo.push(Undo::Replace(saved));
             node.call_method1("replace_all_uses_with", (with,))?;
+            self.touched.extend(users.iter());
             let old = node.getattr("meta")?.call_method1("get", ("val",))?;
             if !old.is_none() {
                 self.repointed.push((old, users));
@@ -357,6 +391,12 @@ impl<'py> Editor for FxEditor<'py> {
     }
 
     fn erase(&mut self, nodes: &[(NodeId, Self::Handle)]) -> Result<()> {
+        let misplaced = self
+            .check_order()
+            .map_err(|e| py_err(&e, self.py, 0, "cannot check the node order"))?;
+        if let Some(detail) = misplaced {
+            return Err(crate::Error::Internal { node: 0, detail });
+        }
         let doomed: HashSet<usize> = nodes.iter().map(|(_, n)| n.as_ptr() as usize).collect();
         for (id, n) in nodes {
             let stays = (|| -> PyResult<Option<String>> {

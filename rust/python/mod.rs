@@ -31,6 +31,15 @@ impl PyPlan {
             .map_err(|e| errors::InternalError::new_err(e.to_string()))
     }
 
+    /// Strict mode: raises `UnsupportedGraphError` naming the first node the
+    /// plan leaves alone, if any.
+    fn require_complete(&self) -> PyResult<()> {
+        match self.plan.report.strict_error() {
+            Some(e) => Err(errors::to_py(e)),
+            None => Ok(()),
+        }
+    }
+
     /// The edits as JSON text, for tools that draw them (`explain --html`);
     /// the pass itself never reads them.
     fn edits_json(&self) -> PyResult<String> {
@@ -220,12 +229,27 @@ fn engine_fingerprint() -> String {
     )
 }
 
+/// The schema facts of every aten operator the engine may insert, as the
+/// command line tool's applier knows them (`rust/plan/apply/schemas.rs`),
+/// in `fxrewrite.encode.schema_facts`' layout: checked against torch's own.
+#[pyfunction]
+fn inserted_op_schemas(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let out = pyo3::types::PyDict::new(py);
+    for name in crate::plan::apply::INSERTED_OPS {
+        let schema = crate::plan::apply::aten_schema(name)
+            .ok_or_else(|| errors::InternalError::new_err(format!("no schema for {name}")))?;
+        out.set_item(*name, convert::schema_to(py, &schema)?)?;
+    }
+    Ok(out)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(inserted_op_schemas, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("USER_ALIASED_READS", crate::forms::call::USER_ALIASED_READS)?;
     let wire = pyo3::types::PyDict::new(m.py());

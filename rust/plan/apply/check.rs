@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use super::{aten_schema, internal};
 use crate::error::Result;
 use crate::ir::{Graph, Node, NodeId};
-use crate::plan::{Callee, Edit, MetaSource, Plan, PlanArg, ValueRef};
+use crate::plan::{Action, Callee, Edit, MetaSource, Plan, PlanArg, ValueRef};
 
 /// The distinct users of every node, by index.
 pub(super) fn users_of(graph: &Graph) -> Vec<BTreeSet<usize>> {
@@ -199,6 +199,55 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<()> {
             Edit::Realize { node } => {
                 old(graph, *node)?;
             }
+        }
+    }
+    check_report(graph, plan)
+}
+
+/// The plan does what its report says: every auto_functionalized node
+/// reported rewritten is erased, and each gets a direct call of its
+/// operator (so every buffer it wrote is still written).
+fn check_report(graph: &Graph, plan: &Plan) -> Result<()> {
+    let mut erased: HashSet<&str> = HashSet::new();
+    let mut calls: HashMap<&str, usize> = HashMap::new();
+    for edit in &plan.edits {
+        match edit {
+            Edit::Erase { node } => {
+                erased.insert(graph.node(*node).name.as_str());
+            }
+            Edit::Insert {
+                callee: Callee::Target(t),
+                ..
+            } => {
+                *calls
+                    .entry(graph.targets[t.idx()].name.as_str())
+                    .or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut rewritten: HashMap<&str, usize> = HashMap::new();
+    for d in &plan.report.decisions {
+        if d.action == Action::Left {
+            continue;
+        }
+        if !erased.contains(d.node.as_str()) {
+            return Err(internal(
+                0,
+                format!("{} is reported rewritten but the plan keeps it", d.node),
+            ));
+        }
+        *rewritten.entry(d.op.as_str()).or_default() += 1;
+    }
+    for (op, n) in rewritten {
+        let made = calls.get(op).copied().unwrap_or(0);
+        if made < n {
+            return Err(internal(
+                0,
+                format!(
+                    "{n} nodes of {op} are reported rewritten but the plan calls it {made} times"
+                ),
+            ));
         }
     }
     Ok(())
