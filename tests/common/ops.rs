@@ -358,3 +358,185 @@ pub fn two_op() -> Op {
         vec![ret(Tensor, ""), ret(Tensor, "")],
     )
 }
+
+// ----- the MoE decoder of the benches (`benches/common/`) -----------------------
+
+/// `aten::embedding.default`
+pub fn embedding_op() -> Op {
+    Op {
+        name: "aten::embedding.default",
+        schema: schema(
+            vec![
+                arg("weight", Tensor, ""),
+                arg("indices", Tensor, ""),
+                arg("padding_idx", Other, ""),
+                arg("scale_grad_by_freq", Other, ""),
+                arg("sparse", Other, ""),
+            ],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::index_select.default`
+pub fn index_select_op() -> Op {
+    Op {
+        name: "aten::index_select.default",
+        schema: schema(
+            vec![
+                arg("self", Tensor, ""),
+                arg("dim", Other, ""),
+                arg("index", Tensor, ""),
+            ],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::permute.default`
+pub fn permute_op() -> Op {
+    Op {
+        name: "aten::permute.default",
+        schema: schema(
+            vec![arg("self", Tensor, "a"), arg("dims", Other, "")],
+            vec![ret(Tensor, "a")],
+        ),
+    }
+}
+
+/// `aten::reshape.default`
+pub fn reshape_op() -> Op {
+    Op {
+        name: "aten::reshape.default",
+        schema: schema(
+            vec![arg("self", Tensor, "a"), arg("shape", Other, "")],
+            vec![ret(Tensor, "a")],
+        ),
+    }
+}
+
+/// `aten::sum.dim_IntList`
+pub fn sum_op() -> Op {
+    Op {
+        name: "aten::sum.dim_IntList",
+        schema: schema(
+            vec![
+                arg("self", Tensor, ""),
+                arg("dim", Other, ""),
+                arg("keepdim", Other, ""),
+                kwarg_only("dtype", Other, ""),
+            ],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::_softmax.default`
+pub fn softmax_op() -> Op {
+    Op {
+        name: "aten::_softmax.default",
+        schema: schema(
+            vec![
+                arg("self", Tensor, ""),
+                arg("dim", Other, ""),
+                arg("half_to_float", Other, ""),
+            ],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::topk.default`
+pub fn topk_op() -> Op {
+    Op {
+        name: "aten::topk.default",
+        schema: schema(
+            vec![
+                arg("self", Tensor, ""),
+                arg("k", Other, ""),
+                arg("dim", Other, ""),
+                arg("largest", Other, ""),
+                arg("sorted", Other, ""),
+            ],
+            vec![ret(Tensor, ""), ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::div.Tensor`
+pub fn div_op() -> Op {
+    Op {
+        name: "aten::div.Tensor",
+        schema: schema(
+            vec![arg("self", Tensor, ""), arg("other", Tensor, "")],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `aten::eq.Scalar`
+pub fn eq_op() -> Op {
+    Op {
+        name: "aten::eq.Scalar",
+        schema: schema(
+            vec![arg("self", Tensor, ""), arg("other", Other, "")],
+            vec![ret(Tensor, "")],
+        ),
+    }
+}
+
+/// `mylib::fused_add_rms_norm.default`
+pub fn fused_add_rms_norm_op() -> Op {
+    Op {
+        name: "mylib::fused_add_rms_norm.default",
+        schema: schema(
+            vec![
+                arg("input", Tensor, "a!"),
+                arg("residual", Tensor, "b!"),
+                arg("weight", Tensor, ""),
+                arg("eps", Other, ""),
+            ],
+            vec![],
+        ),
+    }
+}
+
+/// `mylib::rotary.default`
+pub fn rotary_op() -> Op {
+    Op {
+        name: "mylib::rotary.default",
+        schema: schema(
+            vec![
+                arg("q", Tensor, "a!"),
+                arg("k", Tensor, "b!"),
+                arg("cos", Tensor, ""),
+                arg("sin", Tensor, ""),
+            ],
+            vec![],
+        ),
+    }
+}
+
+/// `mylib::kv_write.default`
+pub fn kv_write_op() -> Op {
+    Op {
+        name: "mylib::kv_write.default",
+        schema: schema(
+            vec![
+                arg("cache", Tensor, "a!"),
+                arg("k", Tensor, ""),
+                arg("v", Tensor, ""),
+                arg("slots", Tensor, ""),
+            ],
+            vec![],
+        ),
+    }
+}
+
+/// `mylib::silu_and_mul.default`
+pub fn silu_and_mul_op() -> Op {
+    Op {
+        name: "mylib::silu_and_mul.default",
+        schema: schema(vec![arg("out", Tensor, "a!"), arg("x", Tensor, "")], vec![]),
+    }
+}
