@@ -2,425 +2,19 @@
 //! applier's semantics) and `ir::show::to_fx_text` (`print(torch.fx.Graph)`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::collections::{HashMap, HashSet};
+mod common;
 
-use fxrewrite::ir::schema::OpTags;
+use std::collections::HashSet;
+
+use common::builder::*;
+use common::ops::*;
+use common::plans::actions;
 use fxrewrite::ir::show::to_fx_text;
 use fxrewrite::ir::validate::validate;
-use fxrewrite::ir::{
-    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
-    TargetId, TargetKind, TensorMeta, Value,
-};
+use fxrewrite::ir::{Graph, NodeId, OpCode, TargetId, TargetKind, Value};
 use fxrewrite::plan::apply::apply_plan;
 use fxrewrite::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 use fxrewrite::{plan, Action, Edit, Error, Plan};
-
-// ----- schemas -------------------------------------------------------------------
-
-fn alias_info(alias: &str) -> Option<AliasInfo> {
-    (!alias.is_empty()).then(|| AliasInfo {
-        set: alias.trim_end_matches('!').into(),
-        is_write: alias.ends_with('!'),
-    })
-}
-
-fn arg(name: &str, ty: ArgType, alias: &str) -> SchemaArg {
-    SchemaArg {
-        name: name.into(),
-        ty,
-        alias: alias_info(alias),
-        kwarg_only: false,
-    }
-}
-
-fn kwarg_only(name: &str, ty: ArgType, alias: &str) -> SchemaArg {
-    SchemaArg {
-        kwarg_only: true,
-        ..arg(name, ty, alias)
-    }
-}
-
-fn ret(ty: ArgType, alias: &str) -> SchemaReturn {
-    SchemaReturn {
-        ty,
-        alias: alias_info(alias),
-    }
-}
-
-use ArgType::{Other, Tensor, TensorList};
-
-struct Op {
-    name: &'static str,
-    schema: OpSchema,
-}
-
-fn op(name: &'static str, args: Vec<SchemaArg>, returns: Vec<SchemaReturn>) -> Op {
-    Op {
-        name,
-        schema: OpSchema {
-            args,
-            returns,
-            tags: OpTags::default(),
-        },
-    }
-}
-
-fn slice_op() -> Op {
-    op(
-        "aten::slice.Tensor",
-        vec![
-            arg("self", Tensor, "a"),
-            arg("dim", Other, ""),
-            arg("start", Other, ""),
-            arg("end", Other, ""),
-            arg("step", Other, ""),
-        ],
-        vec![ret(Tensor, "a")],
-    )
-}
-
-fn slice_scatter_op() -> Op {
-    op(
-        "aten::slice_scatter.default",
-        vec![
-            arg("self", Tensor, ""),
-            arg("src", Tensor, ""),
-            arg("dim", Other, ""),
-            arg("start", Other, ""),
-            arg("end", Other, ""),
-            arg("step", Other, ""),
-        ],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn split_with_sizes_op() -> Op {
-    op(
-        "aten::split_with_sizes.default",
-        vec![
-            arg("self", Tensor, "*"),
-            arg("split_sizes", Other, ""),
-            arg("dim", Other, ""),
-        ],
-        vec![ret(TensorList, "*")],
-    )
-}
-
-fn copy_op() -> Op {
-    op(
-        "aten::copy_.default",
-        vec![
-            arg("self", Tensor, "a!"),
-            arg("src", Tensor, ""),
-            arg("non_blocking", Other, ""),
-        ],
-        vec![ret(Tensor, "a!")],
-    )
-}
-
-fn clone_op() -> Op {
-    op(
-        "aten::clone.default",
-        vec![
-            arg("self", Tensor, ""),
-            kwarg_only("memory_format", Other, ""),
-        ],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn add_op() -> Op {
-    op(
-        "aten::add.Tensor",
-        vec![
-            arg("self", Tensor, ""),
-            arg("other", Tensor, ""),
-            kwarg_only("alpha", Other, ""),
-        ],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn mul_op() -> Op {
-    op(
-        "aten::mul.Tensor",
-        vec![arg("self", Tensor, ""), arg("other", Tensor, "")],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn neg_op() -> Op {
-    op(
-        "aten::neg.default",
-        vec![arg("self", Tensor, "")],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn mm_op() -> Op {
-    op(
-        "aten::mm.default",
-        vec![arg("self", Tensor, ""), arg("mat2", Tensor, "")],
-        vec![ret(Tensor, "")],
-    )
-}
-
-fn empty_op() -> Op {
-    op(
-        "aten::empty.memory_format",
-        vec![
-            arg("size", Other, ""),
-            kwarg_only("dtype", Other, ""),
-            kwarg_only("layout", Other, ""),
-            kwarg_only("device", Other, ""),
-            kwarg_only("pin_memory", Other, ""),
-            kwarg_only("memory_format", Other, ""),
-        ],
-        vec![ret(Tensor, "")],
-    )
-}
-
-/// `mylib::rms(Tensor(a!) out, Tensor x, Tensor w) -> ()`
-fn rms_op() -> Op {
-    op(
-        "mylib::rms.default",
-        vec![
-            arg("out", Tensor, "a!"),
-            arg("x", Tensor, ""),
-            arg("w", Tensor, ""),
-        ],
-        vec![],
-    )
-}
-
-/// `mylib::rot(Tensor(a!) q, Tensor(b!) k, Tensor cos) -> ()`
-fn rot_op() -> Op {
-    op(
-        "mylib::rot.default",
-        vec![
-            arg("q", Tensor, "a!"),
-            arg("k", Tensor, "b!"),
-            arg("cos", Tensor, ""),
-        ],
-        vec![],
-    )
-}
-
-/// `mylib::two(Tensor(a!) x, Tensor w) -> (Tensor, Tensor)`
-fn two_op() -> Op {
-    op(
-        "mylib::two.default",
-        vec![arg("x", Tensor, "a!"), arg("w", Tensor, "")],
-        vec![ret(Tensor, ""), ret(Tensor, "")],
-    )
-}
-
-/// `mylib::foreach(Tensor(a!)[] xs, Tensor w) -> ()`
-fn foreach_op() -> Op {
-    op(
-        "mylib::foreach.default",
-        vec![arg("xs", TensorList, "a!"), arg("w", Tensor, "")],
-        vec![],
-    )
-}
-
-/// `mylib::mk(Tensor x, *, Tensor(a!) out) -> Tensor(a!)`, tagged `out`.
-fn mk_op() -> Op {
-    let mut o = op(
-        "mylib::mk.default",
-        vec![arg("x", Tensor, ""), kwarg_only("out", Tensor, "a!")],
-        vec![ret(Tensor, "a!")],
-    );
-    o.schema.tags.out = true;
-    o
-}
-
-// ----- graph builder -------------------------------------------------------------
-
-fn n(id: NodeId) -> Value {
-    Value::Node(id)
-}
-
-fn ints(v: &[i64]) -> Value {
-    Value::List(v.iter().map(|&i| Value::Int(i)).collect())
-}
-
-fn nodes(v: &[NodeId]) -> Value {
-    Value::List(v.iter().map(|&i| Value::Node(i)).collect())
-}
-
-fn meta(shape: &[i64]) -> TensorMeta {
-    let mut stride = vec![1i64; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        stride[i] = stride[i + 1] * shape[i + 1];
-    }
-    TensorMeta {
-        dtype: "float32".into(),
-        rank: u32::try_from(shape.len()).unwrap(),
-        shape: Some(shape.to_vec()),
-        stride: Some(stride),
-        storage_offset: Some(0),
-        itemsize: 4,
-        storage: None,
-        device: "cpu".into(),
-    }
-}
-
-/// Builds graphs named the way FX names them (`getitem`, `getitem_1`, ...).
-#[derive(Default)]
-struct B {
-    g: Graph,
-    counts: HashMap<String, usize>,
-}
-
-impl B {
-    fn new() -> Self {
-        Self::default()
-    }
-
-    fn fresh_name(&mut self, base: &str) -> String {
-        let c = self.counts.entry(base.to_string()).or_insert(0);
-        let name = if *c == 0 {
-            base.to_string()
-        } else {
-            format!("{base}_{c}")
-        };
-        *c += 1;
-        name
-    }
-
-    fn target(&mut self, name: &str, kind: TargetKind, schema: Option<OpSchema>) -> TargetId {
-        self.g.add_target(Target {
-            name: name.into(),
-            kind,
-            schema,
-        })
-    }
-
-    fn op(&mut self, op: &Op) -> TargetId {
-        self.target(op.name, TargetKind::Operator, Some(op.schema.clone()))
-    }
-
-    fn push(
-        &mut self,
-        op: OpCode,
-        name: &str,
-        target: TargetId,
-        args: Vec<Value>,
-        kwargs: Vec<(&str, Value)>,
-    ) -> NodeId {
-        let name = self.fresh_name(name);
-        self.g.add_node(Node {
-            op,
-            name,
-            target,
-            args,
-            kwargs: kwargs
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            meta: None,
-            source: None,
-        })
-    }
-
-    fn input(&mut self, name: &str, shape: &[i64]) -> NodeId {
-        let t = self.target(name, TargetKind::Other, None);
-        let id = self.push(OpCode::Placeholder, name, t, vec![], vec![]);
-        self.g.nodes[id.idx()].meta = Some(meta(shape));
-        id
-    }
-
-    fn call(&mut self, op: &Op, args: Vec<Value>) -> NodeId {
-        self.call_kw(op, args, vec![])
-    }
-
-    fn call_kw(&mut self, op: &Op, args: Vec<Value>, kwargs: Vec<(&str, Value)>) -> NodeId {
-        let t = self.op(op);
-        let short = op
-            .name
-            .split("::")
-            .nth(1)
-            .and_then(|s| s.split('.').next())
-            .unwrap()
-            .trim_end_matches('_')
-            .to_string();
-        self.push(OpCode::CallFunction, &short, t, args, kwargs)
-    }
-
-    fn empty(&mut self, shape: &[i64]) -> NodeId {
-        let id = self.call_kw(
-            &empty_op(),
-            vec![ints(shape)],
-            vec![
-                ("dtype", Value::Dtype("float32".into())),
-                ("device", Value::Device("cpu".into())),
-                ("pin_memory", Value::Bool(false)),
-            ],
-        );
-        self.g.nodes[id.idx()].meta = Some(meta(shape));
-        id
-    }
-
-    fn getitem(&mut self, src: NodeId, i: i64) -> NodeId {
-        let t = self.target("operator.getitem", TargetKind::Getitem, None);
-        self.push(
-            OpCode::CallFunction,
-            "getitem",
-            t,
-            vec![n(src), Value::Int(i)],
-            vec![],
-        )
-    }
-
-    fn af(&mut self, v2: bool, op: &Op, kwargs: Vec<(&str, Value)>) -> NodeId {
-        let (name, kind, base) = if v2 {
-            (
-                "higher_order.auto_functionalized_v2",
-                TargetKind::AutoFunctionalizedV2,
-                "auto_functionalized_v2",
-            )
-        } else {
-            (
-                "higher_order.auto_functionalized",
-                TargetKind::AutoFunctionalized,
-                "auto_functionalized",
-            )
-        };
-        let t = self.target(name, kind, None);
-        let op_t = self.op(op);
-        self.push(
-            OpCode::CallFunction,
-            base,
-            t,
-            vec![Value::Target(op_t)],
-            kwargs,
-        )
-    }
-
-    fn output_value(mut self, v: Value) -> Graph {
-        let t = self.target("output", TargetKind::Other, None);
-        self.push(OpCode::Output, "output", t, vec![v], vec![]);
-        self.g
-    }
-
-    fn output(self, vals: &[NodeId]) -> Graph {
-        self.output_value(Value::Tuple(vals.iter().map(|&v| n(v)).collect()))
-    }
-}
-
-fn rms_v2(b: &mut B, base: NodeId, x: NodeId, w: NodeId) -> NodeId {
-    b.af(
-        true,
-        &rms_op(),
-        vec![
-            ("_out_base_index", Value::Int(0)),
-            ("x", n(x)),
-            ("w", n(w)),
-            ("_all_bases", nodes(&[base])),
-        ],
-    )
-}
 
 // ----- inspection ------------------------------------------------------------------
 
@@ -487,8 +81,8 @@ fn internal(r: fxrewrite::Result<Graph>) -> String {
 #[test]
 fn v2_write_into_empty_buffer_becomes_an_in_place_call() {
     let mut b = B::new();
-    let x = b.input("x", &[4, 8]);
-    let w = b.input("w", &[8]);
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
     let af = rms_v2(&mut b, buf, x, w);
     b.g.nodes[af.idx()].source = Some("model.py:12: rms(out, x, w)".into());
@@ -518,16 +112,12 @@ fn v2_write_into_empty_buffer_becomes_an_in_place_call() {
     );
 }
 
-fn actions(p: &Plan) -> Vec<Action> {
-    p.report.decisions.iter().map(|d| d.action).collect()
-}
-
 #[test]
 fn clone_is_inserted_with_a_real_schema_and_fx_name() {
     let mut b = B::new();
-    let a = b.input("a", &[4, 8]);
-    let m = b.input("m", &[8, 8]);
-    let w = b.input("w", &[8]);
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let mm = b.call(&mm_op(), vec![n(a), n(m)]);
     b.g.nodes[mm.idx()].meta = Some(meta(&[4, 8]));
     let af = rms_v2(&mut b, mm, a, w);
@@ -586,8 +176,8 @@ fn existing_targets_and_names_are_reused() {
     // The graph already has a clone node (and so a `clone_default` name and an
     // `aten::clone.default` target).
     let mut b = B::new();
-    let a = b.input("a", &[4, 8]);
-    let w = b.input("w", &[8]);
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let c0 = b.call(&clone_op(), vec![n(a)]);
     b.g.nodes[c0.idx()].name = "clone_default".into();
     let mm = b.call(&mul_op(), vec![n(c0), n(a)]);
@@ -613,9 +203,9 @@ fn existing_targets_and_names_are_reused() {
 #[test]
 fn moved_reader_runs_before_the_call() {
     let mut b = B::new();
-    let a = b.input("a", &[4, 8]);
-    let m = b.input("m", &[8, 8]);
-    let w = b.input("w", &[8]);
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let mm = b.call(&mm_op(), vec![n(a), n(m)]);
     let af = rms_v2(&mut b, mm, a, w);
     let g1 = b.getitem(af, 1);
@@ -637,9 +227,9 @@ fn moved_reader_runs_before_the_call() {
 #[test]
 fn graph_input_write_back_is_removed() {
     let mut b = B::new();
-    let x = b.input("x", &[4, 8]);
-    let y = b.input("y", &[4, 8]);
-    let w = b.input("w", &[8]);
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let y = b.input("y", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let af = rms_v2(&mut b, x, y, w);
     let g1 = b.getitem(af, 1);
     b.call(&copy_op(), vec![n(x), n(g1)]);
@@ -657,7 +247,7 @@ fn graph_input_write_back_is_removed() {
 #[test]
 fn out_call_gets_an_empty_strided_buffer() {
     let mut b = B::new();
-    let x = b.input("x", &[4, 8]);
+    let x = b.input("x", Some(meta(&[4, 8])));
     let af = b.af(
         true,
         &mk_op(),
@@ -706,9 +296,9 @@ fn out_call_gets_an_empty_strided_buffer() {
 #[test]
 fn v1_scatters_are_removed() {
     let mut b = B::new();
-    let a = b.input("a", &[3, 8]);
-    let wq = b.input("wqkv", &[8, 16]);
-    let cos = b.input("cos", &[3, 4]);
+    let a = b.input("a", Some(meta(&[3, 8])));
+    let wq = b.input("wqkv", Some(meta(&[8, 16])));
+    let cos = b.input("cos", Some(meta(&[3, 4])));
     let mm = b.call(&mm_op(), vec![n(a), n(wq)]);
     b.g.nodes[mm.idx()].meta = Some(meta(&[3, 16]));
     let split = b.call(
@@ -757,7 +347,7 @@ fn v1_scatters_are_removed() {
 #[test]
 fn v2_slices_are_regenerated_with_fx_names() {
     let mut b = B::new();
-    let w = b.input("w", &[8]);
+    let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
     let af = b.af(
         true,
@@ -806,7 +396,7 @@ fn v2_slices_are_regenerated_with_fx_names() {
 #[test]
 fn several_returns_get_new_getitems() {
     let mut b = B::new();
-    let w = b.input("w", &[8]);
+    let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
     let af = b.af(
         true,
@@ -849,8 +439,8 @@ fn several_returns_get_new_getitems() {
 #[test]
 fn left_nodes_stay() {
     let mut b = B::new();
-    let x = b.input("x", &[4, 8]);
-    let w = b.input("w", &[8]);
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
     let af = rms_v2(&mut b, buf, x, w);
     let g = b.output(&[af]);
@@ -867,8 +457,8 @@ fn left_nodes_stay() {
 /// refers to `c`).
 fn small() -> Graph {
     let mut b = B::new();
-    let a = b.input("a", &[4]);
-    let bb = b.input("b", &[4]);
+    let a = b.input("a", Some(meta(&[4])));
+    let bb = b.input("b", Some(meta(&[4])));
     let c = b.call(&add_op(), vec![n(a), n(bb)]);
     let d = b.call(&mul_op(), vec![n(c), n(a)]);
     let e = b.call(&neg_op(), vec![n(bb)]);
@@ -1277,11 +867,18 @@ fn replacing_an_unused_node_with_itself_is_a_no_op() {
 #[test]
 fn show_matches_fx_print() {
     let mut b = B::new();
-    let a0 = b.input("arg0_1", &[4, 8]);
-    let a1 = b.input("arg1_1", &[8, 16]);
-    let a2 = b.input("arg2_1", &[4, 4]);
+    let a0 = b.input("arg0_1", Some(meta(&[4, 8])));
+    let a1 = b.input("arg1_1", Some(meta(&[8, 16])));
+    let a2 = b.input("arg2_1", Some(meta(&[4, 4])));
     let t = b.target("_tensor_constant0", TargetKind::Other, None);
-    let cst = b.push(OpCode::GetAttr, "_tensor_constant0", t, vec![], vec![]);
+    let cst = b.push(
+        OpCode::GetAttr,
+        "_tensor_constant0",
+        t,
+        vec![],
+        vec![],
+        None,
+    );
     let mm = b.call(&mm_op(), vec![n(a0), n(a1)]);
     let split = b.call(
         &split_with_sizes_op(),
@@ -1343,6 +940,7 @@ fn show_matches_fx_print() {
         meth,
         vec![n(m), Value::Int(-1)],
         vec![],
+        None,
     );
     let opadd = b.target("_operator.add", TargetKind::Other, None);
     let s = b.push(
@@ -1351,6 +949,7 @@ fn show_matches_fx_print() {
         opadd,
         vec![n(v), Value::Int(1)],
         vec![],
+        None,
     );
     let g = b.output_value(Value::Tuple(vec![n(add), n(s), Value::None]));
     let want = "graph():
@@ -1378,7 +977,7 @@ fn show_matches_fx_print() {
 #[test]
 fn show_counts_distinct_users_and_prints_outputs_like_python() {
     let mut b = B::new();
-    let x = b.input("x", &[4]);
+    let x = b.input("x", Some(meta(&[4])));
     b.g.nodes[x.idx()].args = vec![Value::Int(3)];
     let y = b.call(&mul_op(), vec![n(x), n(x)]);
     let g = b.output_value(n(y));
@@ -1392,7 +991,7 @@ fn show_counts_distinct_users_and_prints_outputs_like_python() {
     );
     // The output's containers print their elements' repr.
     let mut b = B::new();
-    let x = b.input("x", &[4]);
+    let x = b.input("x", Some(meta(&[4])));
     let g = b.output_value(Value::List(vec![
         n(x),
         Value::Str("s".into()),
@@ -1413,6 +1012,10 @@ fn show_counts_distinct_users_and_prints_outputs_like_python() {
 
 // ----- random graphs ---------------------------------------------------------------------
 
+// Not yet `common::random`: on that generator's graphs a second plan of an
+// applied plan is not always empty (a `foreach` writing a graph input next to
+// a v2 view, then written back; see the report of issue 11), which the
+// property below asserts. Switch once the engine is fixed.
 mod random {
     use super::*;
     use proptest::prelude::*;
@@ -1467,15 +1070,15 @@ mod random {
 
     pub fn build(steps: &[Step], outputs: u64) -> Graph {
         let mut b = B::new();
-        let w = b.input("w", &[8]);
-        let mut ts: Vec<NodeId> = vec![b.input("x", &[4, 8])];
+        let w = b.input("w", Some(meta(&[8])));
+        let mut ts: Vec<NodeId> = vec![b.input("x", Some(meta(&[4, 8])))];
         let mut inputs: Vec<NodeId> = ts.clone();
         let pick = |ts: &[NodeId], i: u8| ts[usize::from(i) % ts.len()];
         for s in steps {
             match *s {
                 Step::Input => {
                     let name = format!("in{}", inputs.len());
-                    let t = b.input(&name, &[4, 8]);
+                    let t = b.input(&name, Some(meta(&[4, 8])));
                     inputs.push(t);
                     ts.push(t);
                 }

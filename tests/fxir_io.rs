@@ -1,4 +1,4 @@
-//! The `.fxir` file format (`rust/ir/io.rs`, spec in `docs/fxir.md`):
+//! The `.fxir` file format (`rust/ir/io/`, spec in `docs/fxir.md`):
 //! round trips, truncation and corruption at every byte, hostile lengths,
 //! hand-built files that break one rule each, and property tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]

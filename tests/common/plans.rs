@@ -1,0 +1,343 @@
+//! Reading and checking plans: the edits of a kind, and the oracles every
+//! plan made in the tests must pass (structure of the edits on user sets,
+//! graph inputs written only when written back, and the same results as the
+//! original under the reference interpreter).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use fxrewrite::ir::{Graph, NodeId, OpCode, TargetKind, Value};
+use fxrewrite::plan::{Callee, NewId, PlanArg, ValueRef};
+use fxrewrite::{plan, Action, Edit, Plan};
+
+use super::interp;
+
+pub fn planned(g: &Graph) -> Plan {
+    let p = plan(g).unwrap();
+    check_structure(g, &p).unwrap();
+    check_inputs(g, &p).unwrap();
+    same_results(g, &p).unwrap();
+    p
+}
+
+/// The planned program computes what the original computes and leaves the
+/// graph inputs as the original does. Graphs the reference interpreter
+/// cannot run (shape errors) are not compared.
+pub fn same_results(g: &Graph, p: &Plan) -> Result<(), String> {
+    let Ok(want) = interp::run_original(g) else {
+        return Ok(());
+    };
+    let got = interp::run_planned(g, p)?;
+    if got != want {
+        return Err(format!(
+            "the planned program differs from the original:\n  original: {want:?}\n  planned:  {got:?}"
+        ));
+    }
+    Ok(())
+}
+
+pub fn id_of(g: &Graph, name: &str) -> NodeId {
+    let i = g.nodes.iter().position(|n| n.name == name).unwrap();
+    NodeId(u32::try_from(i).unwrap())
+}
+
+pub fn replaced_with(p: &Plan, node: NodeId) -> Option<ValueRef> {
+    p.edits.iter().find_map(|e| match e {
+        Edit::Replace { node: m, with } if *m == node => Some(*with),
+        _ => None,
+    })
+}
+
+pub fn erased(p: &Plan, node: NodeId) -> bool {
+    p.edits
+        .iter()
+        .any(|e| matches!(e, Edit::Erase { node: m } if *m == node))
+}
+
+/// The inserted in-place calls of the graph's operators (`Callee::Target`).
+/// An inserted call: its id, positional and keyword arguments.
+pub type Call<'a> = (NewId, &'a Vec<PlanArg>, &'a Vec<(String, PlanArg)>);
+
+pub fn inserted_calls(p: &Plan) -> Vec<Call<'_>> {
+    p.edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                id,
+                callee: Callee::Target(_),
+                args,
+                kwargs,
+                ..
+            } => Some((*id, args, kwargs)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn inserted_aten(p: &Plan, name: &str) -> usize {
+    p.edits
+        .iter()
+        .filter(|e| matches!(e, Edit::Insert { callee: Callee::Aten(c), .. } if *c == name))
+        .count()
+}
+
+pub fn moves(p: &Plan) -> Vec<(NodeId, NodeId)> {
+    p.edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Move { node, before } => Some((*node, *before)),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn actions(p: &Plan) -> Vec<Action> {
+    p.report.decisions.iter().map(|d| d.action).collect()
+}
+
+pub fn plan_arg_refs(a: &PlanArg, out: &mut Vec<ValueRef>) {
+    match a {
+        PlanArg::Ref(r) => out.push(*r),
+        PlanArg::List(items) => items.iter().for_each(|i| plan_arg_refs(i, out)),
+        _ => {}
+    }
+}
+
+/// Simulates the plan on user sets: every reference must be to a live value,
+/// `Replace` moves all users of a node to its replacement (which is never
+/// itself replaced), `Erase` needs a node without users, and the output node
+/// survives.
+pub fn check_structure(g: &Graph, p: &Plan) -> Result<(), String> {
+    let mut operands: HashMap<ValueRef, Vec<ValueRef>> = HashMap::new();
+    let mut users: HashMap<ValueRef, HashSet<ValueRef>> = HashMap::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let me = ValueRef::Old(NodeId(u32::try_from(i).unwrap()));
+        let mut ops = Vec::new();
+        node.for_each_operand(|o| ops.push(ValueRef::Old(o)));
+        for o in &ops {
+            users.entry(*o).or_default().insert(me);
+        }
+        operands.insert(me, ops);
+    }
+    let mut alive: BTreeSet<(u8, u32)> = (0..g.len())
+        .map(|i| (0u8, u32::try_from(i).unwrap()))
+        .collect();
+    let k = |r: ValueRef| match r {
+        ValueRef::Old(n) => (0u8, n.0),
+        ValueRef::New(n) => (1u8, n.0),
+    };
+    let mut replaced: BTreeSet<(u8, u32)> = BTreeSet::new();
+    let mut next_new = 0u32;
+    for (ei, e) in p.edits.iter().enumerate() {
+        match e {
+            Edit::Move { node, before } => {
+                for x in [node, before] {
+                    if !alive.contains(&k(ValueRef::Old(*x))) {
+                        return Err(format!("edit {ei}: move of dead node {x:?}"));
+                    }
+                }
+            }
+            Edit::Insert {
+                id,
+                before,
+                args,
+                kwargs,
+                ..
+            } => {
+                if id.0 != next_new {
+                    return Err(format!("edit {ei}: new id {id:?} out of order"));
+                }
+                next_new += 1;
+                if !alive.contains(&k(ValueRef::Old(*before))) {
+                    return Err(format!("edit {ei}: insert before dead node {before:?}"));
+                }
+                let mut refs = Vec::new();
+                for a in args.iter().chain(kwargs.iter().map(|(_, a)| a)) {
+                    plan_arg_refs(a, &mut refs);
+                }
+                let me = ValueRef::New(*id);
+                for r in &refs {
+                    if !alive.contains(&k(*r)) {
+                        return Err(format!("edit {ei}: insert uses dead value {r:?}"));
+                    }
+                    users.entry(*r).or_default().insert(me);
+                }
+                alive.insert(k(me));
+                operands.insert(me, refs);
+            }
+            Edit::Replace { node, with } => {
+                let from = ValueRef::Old(*node);
+                if !alive.contains(&k(from)) || !alive.contains(&k(*with)) {
+                    return Err(format!("edit {ei}: replace involving a dead value"));
+                }
+                if replaced.contains(&k(*with)) {
+                    return Err(format!(
+                        "edit {ei}: replacement {with:?} is itself replaced"
+                    ));
+                }
+                if from == *with {
+                    return Err(format!("edit {ei}: self replacement"));
+                }
+                replaced.insert(k(from));
+                let us = users.remove(&from).unwrap_or_default();
+                for u in us {
+                    if let Some(ops) = operands.get_mut(&u) {
+                        for o in ops.iter_mut() {
+                            if *o == from {
+                                *o = *with;
+                            }
+                        }
+                    }
+                    users.entry(*with).or_default().insert(u);
+                }
+            }
+            Edit::Erase { node } => {
+                let me = ValueRef::Old(*node);
+                if !alive.remove(&k(me)) {
+                    return Err(format!("edit {ei}: erase of dead node {node:?}"));
+                }
+                if users.get(&me).is_some_and(|u| !u.is_empty()) {
+                    return Err(format!(
+                        "edit {ei}: erase of {node:?} ({}) with users {:?}",
+                        g.node(*node).name,
+                        users[&me]
+                    ));
+                }
+                for o in operands.remove(&me).unwrap_or_default() {
+                    if let Some(s) = users.get_mut(&o) {
+                        s.remove(&me);
+                    }
+                }
+            }
+            Edit::Realize { node } => {
+                if !alive.contains(&k(ValueRef::Old(*node))) {
+                    return Err(format!("edit {ei}: realize of dead node {node:?}"));
+                }
+            }
+        }
+    }
+    if next_new != p.new_nodes {
+        return Err(format!("new_nodes {} but {next_new} inserts", p.new_nodes));
+    }
+    let out = ValueRef::Old(NodeId(u32::try_from(g.len() - 1).unwrap()));
+    if !alive.contains(&k(out)) {
+        return Err("the output node was erased".into());
+    }
+    Ok(())
+}
+
+/// The original node whose memory a plan value lives in (through views), or
+/// `None` for fresh memory.
+pub fn storage_root(g: &Graph, p: &Plan, r: ValueRef) -> Option<NodeId> {
+    match r {
+        ValueRef::New(id) => p.edits.iter().find_map(|e| match e {
+            Edit::Insert {
+                id: i,
+                callee: Callee::Aten(c),
+                args,
+                ..
+            } if *i == id => match (*c, args.first()) {
+                (
+                    "aten::alias.default" | "aten::slice.Tensor" | "aten::as_strided.default",
+                    Some(PlanArg::Ref(src)),
+                ) => storage_root(g, p, *src),
+                _ => None,
+            },
+            _ => None,
+        }),
+        ValueRef::Old(id) => {
+            let node = g.node(id);
+            if node.op == OpCode::Placeholder {
+                return Some(id);
+            }
+            let t = g.target_of(id);
+            let first = node.args.first().and_then(Value::as_node);
+            match (t.kind, t.name.as_str()) {
+                (
+                    TargetKind::Operator,
+                    "aten::slice.Tensor" | "aten::select.int" | "aten::copy_.default",
+                ) => storage_root(g, p, ValueRef::Old(first?)),
+                (TargetKind::Getitem, _) => {
+                    let src = first?;
+                    (g.target_of(src).name == "aten::split_with_sizes.default")
+                        .then(|| g.node(src).args.first().and_then(Value::as_node))
+                        .flatten()
+                        .and_then(|s| storage_root(g, p, ValueRef::Old(s)))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+/// No in-place call of the plan writes the memory of a graph input unless
+/// the graph writes that input back (`copy_(input, ...)`) after the call.
+pub fn check_inputs(g: &Graph, p: &Plan) -> Result<(), String> {
+    for e in &p.edits {
+        let Edit::Insert {
+            callee: Callee::Target(t),
+            args,
+            kwargs,
+            before,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        let schema = g.targets[t.idx()].schema.as_ref().ok_or("no schema")?;
+        let mut pos = args.iter();
+        for a in &schema.args {
+            let v = if a.kwarg_only {
+                kwargs.iter().find(|(k, _)| k == &a.name).map(|(_, v)| v)
+            } else {
+                pos.next()
+            };
+            if !a.is_written() {
+                continue;
+            }
+            let mut refs = Vec::new();
+            if let Some(v) = v {
+                plan_arg_refs(v, &mut refs);
+            }
+            for r in refs {
+                let Some(root) = storage_root(g, p, r) else {
+                    continue;
+                };
+                let written_back = g.nodes.iter().enumerate().any(|(i, nd)| {
+                    i > before.idx()
+                        && g.target_of(NodeId(u32::try_from(i).unwrap())).name
+                            == "aten::copy_.default"
+                        && nd.args.first() == Some(&Value::Node(root))
+                });
+                if !written_back {
+                    return Err(format!(
+                        "the call planned for `{}` writes graph input `{}`, which is not written back",
+                        g.node(*before).name,
+                        g.node(root).name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The graph and plan, one line per node and edit, for failure messages.
+pub fn dump(g: &Graph, p: &Plan) -> String {
+    let mut out = String::new();
+    for (i, nd) in g.nodes.iter().enumerate() {
+        out += &format!(
+            "%{i} {} = {} {:?} {:?}\n",
+            nd.name,
+            g.targets[nd.target.idx()].name,
+            nd.args,
+            nd.kwargs
+        );
+    }
+    for e in &p.edits {
+        out += &format!("{e:?}\n");
+    }
+    for d in &p.report.decisions {
+        out += &format!("{} {:?} {:?} {:?}\n", d.node, d.action, d.clones, d.reason);
+    }
+    out
+}
