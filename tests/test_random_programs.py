@@ -16,7 +16,7 @@ custom operators (``tests/randprog.py``). For both auto_functionalized forms
   cloned inputs and compared with eager; fxrewrite may not keep more clones
   than Inductor would;
 - for a smaller share of programs, compile fully with ``backend="inductor"``
-  and ``fxrewrite.Pass()`` installed (one program in three with
+  and ``fxrewrite.Pass(strict=True)`` installed (one program in three with
   ``dynamic=True``) and compare with eager. Only a full compile shows what
   Inductor's lowering makes of the rewritten graph: pointwise and reduction
   readers computed lazily inside a later kernel, the strides it gives clones.
@@ -521,16 +521,13 @@ def test_rewritten_post_grad_graph_matches_eager(v2: bool, program: Program) -> 
 def full_compile(
     program: Program, expected: Result, v2: bool, dynamic: bool, *, with_fxrewrite: bool = True
 ) -> str | None:
-    """Compiles ``program`` with ``backend="inductor"`` (and ``fxrewrite.Pass()``
-    unless ``with_fxrewrite`` is false; only nodes left for a symbolic storage
-    offset are accepted), runs it on the program's inputs and
+    """Compiles ``program`` with ``backend="inductor"`` (and ``fxrewrite.Pass(strict=True)``
+    unless ``with_fxrewrite`` is false), runs it on the program's inputs and
     compares with ``expected``, the last ``eager`` run: values, final inputs
     and the layouts the kernels saw. None when all match, else what differs."""
     torch._dynamo.reset()
     inputs = [t.clone() for t in make_inputs(program)]
-    # Not strict: a node may be left for the one documented limitation (a
-    # clone whose storage offset is symbolic), and the result must still match.
-    p = fxrewrite.Pass(strict=False) if with_fxrewrite else None
+    p = fxrewrite.Pass(strict=True) if with_fxrewrite else None
     try:
         with (
             inductor_config.patch(
@@ -549,8 +546,7 @@ def full_compile(
             return "the pass never ran"
         for r in p.reports:
             _note(r.summary())
-            unexpected = [d for d in r.left if "storage offset is symbolic" not in (d.reason or "")]
-            if unexpected or r.error is not None:
+            if r.left or r.error is not None:
                 return f"the pass left nodes or failed: {r.summary()}"
     diff = mismatch(expected, Result(outs, inputs))
     if diff is not None:

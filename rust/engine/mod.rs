@@ -44,7 +44,7 @@ mod realize;
 mod storage;
 mod writeback;
 
-use layout::{clone_layout, required_storage, strided_layout, CloneLayout};
+use layout::{required_storage, strided_layout, CloneLayout, CloneSource};
 use storage::structural_root;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is

@@ -219,14 +219,15 @@ impl Context<'_> {
 
     /// The reason a buffer that must be cloned cannot be, if any: a clone
     /// must reproduce the exact layout of the value it stands for, which
-    /// needs at least the buffer's rank and a static storage offset.
+    /// needs at least the buffer's rank and a static storage offset (its
+    /// own, or that of a view source the clone is cut from again).
     pub(super) fn unclonable(
         &self,
         call: &MutationCall,
         clone: &[Option<CloneNote>],
     ) -> Option<String> {
         clone.iter().enumerate().find_map(|(b, note)| {
-            let why = clone_layout(self.graph, self.layout_source(call.buffers[b].node)).err()?;
+            let why = self.clone_source(call.buffers[b].node).err()?;
             note.as_ref().map(|_| {
                 format!(
                     "{} needs a clone with its exact layout, but {why}",
