@@ -576,7 +576,8 @@ def _k_pe_contiguous(h, w, c):
 
 
 def _k_pe_empty(h, w, c):
-    # An empty [T, 0, 64] slice of kv (stride (192, 64, 1), offset 192).
+    # An empty [T, 0, 64] slice of kv (stride (192, 64, 1), offset 192): the
+    # write changes nothing, so kv needs no clone where that is provable.
     kv = (h @ w).view(-1, 3, 64)
     kv2 = kv.clone()
     torch.ops.fxr_test.strided_(kv2[:, 3:3, :], c[:, :0], 0)
@@ -638,7 +639,11 @@ def test_clone_keeps_the_layout_a_stride_reading_kernel_sees(fn, v2, dynamic):
         more_inputs=(inputs(7),) if dynamic != "static" else (),
         mark_dynamic=((0, 0), (2, 0)) if dynamic == "tokens" else (),
     )
-    assert len(c.report.clones) == 1, c.report.summary()
+    # A write into an empty view changes nothing: no clone where the engine
+    # can prove the view empty (v2 under dynamic=True cuts it with SymInt
+    # bounds, which it does not compare: kv is cloned, with its layout).
+    empty = fn is _k_pe_empty and not (v2 and dynamic == "dynamic")
+    assert len(c.report.clones) == (0 if empty else 1), c.report.summary()
     if dynamic != "static":
         assert len(c.capture.reports) == 1, "recompiled for the second token count"
 

@@ -142,10 +142,12 @@ impl Context<'_> {
             };
             match self.replay_args(cur, src) {
                 Ok(replay) => chain.push(replay),
-                Err(why) => return Err(format!(
+                Err(why) => {
+                    return Err(format!(
                     "{SYMBOLIC_OFFSET} and its view `{}` cannot be applied again to a copy: {why}",
                     self.graph.node(cur).name
-                )),
+                ))
+                }
             }
             cur = src;
         }
