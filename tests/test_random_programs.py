@@ -13,8 +13,9 @@ custom operators (``tests/randprog.py``). For both auto_functionalized forms
   ``fxrewrite.rewrite(strict=True)``, and the graph after Inductor's own
   ``reinplace_inplaceable_ops`` + ``decompose_auto_functionalized`` (only to
   count its clones). The first two are run with ``torch.fx.Interpreter`` on
-  cloned inputs and compared with eager; fxrewrite may not keep more clones
-  than Inductor would;
+  cloned inputs and compared with eager; fxrewrite may not keep more clones,
+  nor more ``copy_`` write-backs of graph inputs, than Inductor would (where
+  Inductor's graph is right);
 - for a smaller share of programs, compile fully with ``backend="inductor"``
   and ``fxrewrite.Pass(strict=True)`` installed (one program in three with
   ``dynamic=True``) and compare with eager. Only a full compile shows what
@@ -303,6 +304,12 @@ def clones(gm: torch.fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.clone.default)
 
 
+def copies(gm: torch.fx.GraphModule) -> int:
+    """``copy_`` nodes: the write-backs of mutated graph inputs (as
+    ``fxrewrite.demo.measure_post_grad`` counts them)."""
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.copy_.default)
+
+
 def describe(program: Program, cap: Capture | None = None) -> str:
     parts = [repr(program), program.source()]
     if cap is not None:
@@ -385,13 +392,22 @@ def check_correct(program: Program, v2: bool) -> Capture:
 
 
 def check_clones(program: Program, cap: Capture) -> None:
-    """fxrewrite keeps no more clones than Inductor's own passes, where those
-    give a correct graph, and never more than full cloning."""
+    """fxrewrite keeps no more clones and no more ``copy_`` write-backs than
+    Inductor's own passes, where those give a correct graph; never more
+    clones than full cloning, and never a write-back the graph did not have."""
     assert cap.after is not None and cap.report is not None
     ours = clones(cap.after)
     bound = clones(cap.before) + cap.written_args
     assert ours <= bound, f"fxrewrite keeps {ours} clones, full cloning {bound}\n{describe(program, cap)}"
+    our_copies, their_copies = copies(cap.after), copies(cap.before)
+    assert our_copies <= their_copies, (
+        f"fxrewrite leaves {our_copies} copy_ write-backs, the graph had {their_copies}\n{describe(program, cap)}"
+    )
     if cap.inductor is not None and cap.inductor_correct:
+        their_copies = copies(cap.inductor)
+        assert our_copies <= their_copies, (
+            f"fxrewrite leaves {our_copies} copy_ write-backs, Inductor {their_copies}\n{describe(program, cap)}"
+        )
         # Inductor reinplaces a written argument even when a read argument of
         # the same call is the same value: the kernel then sees the two alias.
         # That matches eager only if they aliased there too (a clone removed
@@ -992,3 +1008,26 @@ no element: the write changes nothing (static size 0 in its metadata).
 def test_regression_empty_overlapping_view_write_is_not_cloned(v2: bool) -> None:
     cap = check_captured(BUG_EMPTY_EXPAND_CLONE, v2)
     assert cap.after is not None and clones(cap.after) == 0, describe(BUG_EMPTY_EXPAND_CLONE, cap)
+
+
+# ---------------------------------------------------------------------------
+# Harness: what the captured-graph checks count and how they judge layouts.
+
+
+def test_check_clones_counts_copy_write_backs() -> None:
+    """``check_clones`` fails a rewrite that leaves more ``copy_`` write-backs
+    than Inductor's passes (here: the un-rewritten graph, with its write-back,
+    standing for fxrewrite's, and fxrewrite's, without one, for Inductor's)."""
+    program = Program(S, (("scale_", 0, 2.0), ("unary", "add1", 0)), (("direct", 2),))
+    cap = check_captured(program, True)
+    assert cap.after is not None and copies(cap.before) == 1 and copies(cap.after) == 0
+    swapped = Capture(
+        before=cap.before,
+        after=cap.before,
+        report=cap.report,
+        inductor=cap.after,
+        inductor_correct=True,
+        written_args=cap.written_args,
+    )
+    with pytest.raises(AssertionError, match="1 copy_ write-backs, Inductor 0"):
+        check_clones(program, swapped)
