@@ -1439,6 +1439,193 @@ fn offset_buffer_with_as_strided_view_info_cloned_with_its_layout() {
     );
 }
 
+/// A write into an empty slice (`x[:, 3:3]`) changes no element: the old
+/// value of the buffer read after the call needs no clone, in either form.
+#[test]
+fn write_into_an_empty_slice_needs_no_clone() {
+    for v2 in [false, true] {
+        let mut b = B::new();
+        let a = b.input("a", Some(meta(&[4, 8])));
+        let m = b.input("m", Some(meta(&[8, 8])));
+        let x = b.input("x", Some(meta(&[4, 0])));
+        let w = b.input("w", Some(meta(&[0])));
+        let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+        let af = if v2 {
+            b.v2(
+                &rms_op(),
+                vec![
+                    ("_out_base_index", Value::Int(0)),
+                    ("_out_slice_dim", Value::Int(1)),
+                    ("_out_slice_start", Value::Int(3)),
+                    ("_out_slice_end", Value::Int(3)),
+                    ("x", n(x)),
+                    ("w", n(w)),
+                    ("_all_bases", nodes(&[mm])),
+                ],
+            )
+        } else {
+            let sl = b.call_meta(
+                &slice_op(),
+                vec![n(mm), Value::Int(1), Value::Int(3), Value::Int(3)],
+                Some(strided_meta(&[4, 0], &[8, 1], 3)),
+            );
+            b.v1(&rms_op(), vec![("out", n(sl)), ("x", n(x)), ("w", n(w))])
+        };
+        let g1 = b.getitem(af, 1);
+        // `mm` (the old value) is read after the call, with the new one.
+        let g = b.output(&[g1, mm]);
+        let p = planned(&g);
+        assert_eq!(
+            actions(&p),
+            [Action::Reinplaced],
+            "v2={v2}: {}",
+            dump(&g, &p)
+        );
+        assert_eq!(inserted_aten(&p, "aten::clone.default"), 0, "v2={v2}");
+    }
+}
+
+/// An empty view (static size 0) of a graph input the graph never writes
+/// back, expanded (a view that may overlap itself): writing it changes no
+/// element, so it is written in place like Inductor does, not cloned.
+#[test]
+fn write_into_an_empty_overlapping_view_of_an_input_is_in_place() {
+    let expand = Op {
+        name: "aten::expand.default",
+        schema: schema(
+            vec![
+                arg("self", Tensor, "a"),
+                arg("size", Other, ""),
+                kwarg_only("implicit", Other, ""),
+            ],
+            vec![ret(Tensor, "a")],
+        ),
+    };
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let y = b.input("y", Some(meta(&[2, 4, 0])));
+    let w = b.input("w", Some(meta(&[0])));
+    let sl = b.call_meta(
+        &slice_op(),
+        vec![n(x), Value::Int(1), Value::Int(0), Value::Int(0)],
+        Some(strided_meta(&[4, 0], &[8, 1], 0)),
+    );
+    let ex = b.call_meta(
+        &expand,
+        vec![n(sl), ints(&[2, 4, 0])],
+        Some(strided_meta(&[2, 4, 0], &[0, 8, 1], 0)),
+    );
+    let af = b.v1(&rms_op(), vec![("out", n(ex)), ("x", n(y)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, x]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced], "{}", dump(&g, &p));
+    assert_eq!(inserted_aten(&p, "aten::clone.default"), 0);
+    assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(ex)));
+}
+
+/// Metadata of a float32 tensor of rank `rank` compiled with dynamic shapes:
+/// sizes and strides symbolic, the storage offset static (`Some`) or not.
+fn symbolic_meta(rank: u32, offset: Option<i64>) -> TensorMeta {
+    TensorMeta {
+        rank,
+        shape: None,
+        stride: None,
+        storage_offset: offset,
+        ..meta(&[])
+    }
+}
+
+/// v1 under `torch.compile(dynamic=True)`: the written slice of an mm has a
+/// symbolic storage offset (its start times a symbolic stride), and the mm's
+/// old value is read after the call. The clone copies the mm (offset 0) with
+/// its run-time layout and cuts the slice from the copy again, which gives it
+/// exactly the slice's size, stride and offset. It used to be left: "its
+/// storage offset is symbolic".
+#[test]
+fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 24])));
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(symbolic_meta(2, Some(0))));
+    let sl = b.call_meta(
+        &slice_op(),
+        vec![n(mm), Value::Int(1), Value::Int(8), Value::Int(16)],
+        Some(symbolic_meta(2, None)),
+    );
+    let af = b.v1(&rms_op(), vec![("out", n(sl)), ("x", n(x)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let sc = b.call(
+        &slice_scatter_op(),
+        vec![n(mm), n(g1), Value::Int(1), Value::Int(8), Value::Int(16)],
+    );
+    let g = b.output(&[sc, mm]);
+    // The reference interpreter runs it: `planned` compares the values.
+    assert!(interp::run_original(&g).is_ok());
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
+    let calls: Vec<(&Callee, &Vec<PlanArg>)> = p
+        .edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert { callee, args, .. } => Some((callee, args)),
+            _ => None,
+        })
+        .collect();
+    let atens: Vec<&str> = inserted_atens(&p)
+        .into_iter()
+        .filter(|c| !c.starts_with("aten::sym_"))
+        .collect();
+    assert_eq!(
+        atens,
+        [
+            "aten::as_strided.default",
+            "aten::clone.default",
+            "aten::as_strided.default",
+            "aten::slice.Tensor",
+        ]
+    );
+    // The copy is of the mm, the slice cut with the graph's own arguments.
+    let flat = calls
+        .iter()
+        .find(|c| c.0 == &Callee::Aten("aten::as_strided.default"))
+        .unwrap();
+    assert_eq!(flat.1[0], PlanArg::Ref(ValueRef::Old(mm)));
+    let cut = calls
+        .iter()
+        .find(|c| c.0 == &Callee::Aten("aten::slice.Tensor"))
+        .unwrap();
+    assert_eq!(
+        &cut.1[1..],
+        &[PlanArg::Int(1), PlanArg::Int(8), PlanArg::Int(16)]
+    );
+    assert_eq!(inserted_aten(&p, "aten::sym_size.int"), 2);
+}
+
+/// The same slice cut from a view whose own offset is symbolic, of a buffer
+/// that is not a view: nothing to cut it from again, the node is left.
+#[test]
+fn symbolic_offset_without_a_static_view_source_is_left() {
+    let mut b = B::new();
+    let a = b.input("a", Some(symbolic_meta(2, None)));
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let sl = b.call_meta(
+        &slice_op(),
+        vec![n(a), Value::Int(1), Value::Int(8), Value::Int(16)],
+        Some(symbolic_meta(2, None)),
+    );
+    let af = b.v1(&rms_op(), vec![("out", n(sl)), ("x", n(x)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, sl]);
+    let p = plan(&g).unwrap();
+    assert_eq!(actions(&p), [Action::Left]);
+    let reason = p.report.decisions[0].reason.as_deref().unwrap();
+    assert!(reason.contains("storage offset is symbolic"), "{reason}");
+}
+
 /// The v1 split-qkv rotary with a later reader of `v` (getitem 2 of the
 /// split), taken before or after the call: `v` is disjoint from the q and k
 /// regions the call writes, so its reader sees no change and q/k stay

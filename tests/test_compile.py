@@ -576,30 +576,44 @@ def _k_pe_contiguous(h, w, c):
 
 
 def _k_pe_empty(h, w, c):
-    # An empty [T, 0, 64] slice of kv (stride (192, 64, 1), offset 192).
+    # An empty [T, 0, 64] slice of kv (stride (192, 64, 1), offset 192): the
+    # write changes nothing, so kv needs no clone where that is provable.
     kv = (h @ w).view(-1, 3, 64)
     kv2 = kv.clone()
     torch.ops.fxr_test.strided_(kv2[:, 3:3, :], c[:, :0], 0)
     return kv2 * 2 + kv
 
 
-_SYMBOLIC_OFFSET = pytest.mark.xfail(
-    strict=True,
-    raises=torch._inductor.exc.InductorError,
-    reason="v1, dynamic=True (the weight width is symbolic too): the view's storage offset is symbolic "
-    "and the pass refuses the exact clone (UnsupportedGraphError in strict mode); Inductor alone gives "
-    "wrong values on the `cut` program",
-)
+def _k_pe_nested_cut(h, w, c):
+    # A select of a slice of kv, unsqueezed: v1 writes it back through a
+    # select_scatter into a slice_scatter. Under dynamic=True its storage
+    # offset is symbolic: the clone is cut from a copy of kv again.
+    kv = (h @ w).view(-1, 3, 64)
+    kv2 = kv.clone()
+    torch.ops.fxr_test.strided_(kv2[:, 1:3, :].select(1, 1).unsqueeze(1), c, 0)
+    return kv2 * 2 + kv
+
+
+def _k_pe_cut_through_transpose(h, w, c):
+    # The same cut through a transpose and back (permute nodes in the graph).
+    kv = (h @ w).view(-1, 3, 64)
+    kv2 = kv.clone()
+    torch.ops.fxr_test.strided_(kv2.transpose(0, 1)[2:3].transpose(0, 1), c, 0)
+    return kv2 * 2 + kv
 
 
 def _layout_cases():
-    fns = {"cut": _k_pe_cut_from_kv, "contiguous": _k_pe_contiguous, "empty": _k_pe_empty}
+    fns = {
+        "cut": _k_pe_cut_from_kv,
+        "contiguous": _k_pe_contiguous,
+        "empty": _k_pe_empty,
+        "nested": _k_pe_nested_cut,
+        "transposed": _k_pe_cut_through_transpose,
+    }
     for name, fn in fns.items():
         for form in ("v2", "v1"):
             for dyn in ("static", "dynamic", "tokens"):
-                symbolic_offset = name != "contiguous" and (form, dyn) == ("v1", "dynamic")
-                marks = [_SYMBOLIC_OFFSET] if symbolic_offset else []
-                yield pytest.param(fn, form == "v2", dyn, id=f"{name}-{form}-{dyn}", marks=marks)
+                yield pytest.param(fn, form == "v2", dyn, id=f"{name}-{form}-{dyn}")
 
 
 @pytest.mark.parametrize(("fn", "v2", "dynamic"), list(_layout_cases()))
@@ -625,7 +639,11 @@ def test_clone_keeps_the_layout_a_stride_reading_kernel_sees(fn, v2, dynamic):
         more_inputs=(inputs(7),) if dynamic != "static" else (),
         mark_dynamic=((0, 0), (2, 0)) if dynamic == "tokens" else (),
     )
-    assert len(c.report.clones) == 1, c.report.summary()
+    # A write into an empty view changes nothing: no clone where the engine
+    # can prove the view empty (v2 under dynamic=True cuts it with SymInt
+    # bounds, which it does not compare: kv is cloned, with its layout).
+    empty = fn is _k_pe_empty and not (v2 and dynamic == "dynamic")
+    assert len(c.report.clones) == (0 if empty else 1), c.report.summary()
     if dynamic != "static":
         assert len(c.capture.reports) == 1, "recompiled for the second token count"
 

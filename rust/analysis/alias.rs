@@ -661,11 +661,38 @@ impl Geometry {
         g
     }
 
-    /// True when the two views provably touch disjoint elements: after a
-    /// common prefix of steps, the next steps select disjoint ranges of one
-    /// dimension (whatever follows them).
+    /// True when the view provably has no element: a step leaves a size 0
+    /// (an empty slice range, an `as_strided` or reshape to a size 0), and
+    /// every step after it keeps the element count at 0 (slices, selects,
+    /// reshapes, `unsqueeze`/`squeeze` do; an opaque view might be an
+    /// `as_strided` that reaches elements again).
+    #[must_use]
+    pub fn provably_empty(&self) -> bool {
+        let mut empty = false;
+        for s in &self.steps {
+            match s {
+                ViewStep::Slice { start, end, .. } if end <= start => empty = true,
+                ViewStep::Reshape { shape } if shape.contains(&Dim::Int(0)) => empty = true,
+                ViewStep::AsStrided { size, .. } => empty = size.contains(&0),
+                ViewStep::Opaque(_) => empty = false,
+                ViewStep::Slice { .. }
+                | ViewStep::Select { .. }
+                | ViewStep::Reshape { .. }
+                | ViewStep::Unsqueeze { .. }
+                | ViewStep::Squeeze { .. } => {}
+            }
+        }
+        empty
+    }
+
+    /// True when the two views provably touch disjoint elements: one of them
+    /// has no element, or after a common prefix of steps, the next steps
+    /// select disjoint ranges of one dimension (whatever follows them).
     #[must_use]
     pub fn provably_disjoint(&self, other: &Geometry) -> bool {
+        if self.provably_empty() || other.provably_empty() {
+            return true;
+        }
         if self.root != other.root {
             return false;
         }
@@ -691,10 +718,14 @@ impl Geometry {
         }
     }
 
-    /// True when the two views provably touch disjoint elements: the same
-    /// chain up to a last step that selects disjoint ranges of one dimension.
+    /// True when the two views provably touch disjoint elements: one of them
+    /// has no element, or the same chain up to a last step that selects
+    /// disjoint ranges of one dimension.
     #[must_use]
     pub fn disjoint_from(&self, other: &Geometry) -> bool {
+        if self.provably_empty() || other.provably_empty() {
+            return true;
+        }
         if self.root != other.root || self.steps.len() != other.steps.len() || self.steps.is_empty()
         {
             return false;
@@ -800,6 +831,46 @@ mod tests {
             .then(&slice)
             .then(&shape(&[80]));
         assert_eq!(sliced.steps.len(), 3);
+    }
+
+    #[test]
+    fn empty_views_touch_nothing() {
+        let slice = |start, end| ViewStep::Slice {
+            dim: 0,
+            start,
+            end,
+            step: 1,
+        };
+        let empty = g(0, vec![slice(2, 2)]);
+        let whole = g(0, vec![]);
+        let other_root = g(1, vec![slice(0, 4)]);
+        assert!(empty.provably_empty());
+        assert!(g(0, vec![slice(3, 1)]).provably_empty());
+        assert!(!g(0, vec![slice(1, 3)]).provably_empty());
+        assert!(!whole.provably_empty());
+        // Emptiness survives later views, not an as_strided or opaque one.
+        assert!(empty
+            .then(&ViewStep::Select { dim: 1, index: 0 })
+            .then(&ViewStep::Unsqueeze { dim: 0 })
+            .provably_empty());
+        assert!(!empty.then(&ViewStep::Opaque(NodeId(7))).provably_empty());
+        let strided = |size: Vec<i64>| ViewStep::AsStrided {
+            size,
+            stride: vec![8, 1],
+            offset: 16,
+        };
+        assert!(!empty.then(&strided(vec![2, 3])).provably_empty());
+        assert!(whole.then(&strided(vec![0, 3])).provably_empty());
+        let reshape0 = ViewStep::Reshape {
+            shape: vec![Dim::Int(4), Dim::Int(0)],
+        };
+        assert!(whole.then(&reshape0).provably_empty());
+        // An empty view is disjoint from anything, itself included.
+        assert!(empty.provably_disjoint(&whole));
+        assert!(whole.provably_disjoint(&empty));
+        assert!(empty.provably_disjoint(&empty));
+        assert!(empty.disjoint_from(&other_root));
+        assert!(!whole.provably_disjoint(&g(0, vec![slice(1, 3)])));
     }
 
     #[test]

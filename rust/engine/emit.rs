@@ -45,38 +45,47 @@ impl Context<'_> {
     /// original layout. A plain `clone` is not enough: Inductor picks the
     /// clone's strides itself (any stride for a size-1 dimension), and real
     /// kernels read raw strides. Symbolic sizes and strides are read at run
-    /// time with `sym_size` / `sym_stride`. The caller has checked
-    /// [`clone_layout`].
+    /// time with `sym_size` / `sym_stride`; a symbolic storage offset is
+    /// reached by copying a view source of `node` and applying the view
+    /// nodes again ([`Context::clone_source`]). The caller has checked
+    /// [`Context::clone_source`].
     pub(super) fn exact_clone(&mut self, af: NodeId, base: ValueRef, node: NodeId) -> NewId {
-        let (size, stride, offset, needed) =
-            match clone_layout(self.graph, self.layout_source(node)) {
-                Ok(CloneLayout::Static {
-                    size,
-                    stride,
-                    offset,
-                }) => {
-                    let needed = required_storage(&size, &stride, offset);
-                    (
-                        PlanArg::IntList(size),
-                        PlanArg::IntList(stride),
-                        PlanArg::Int(offset),
-                        PlanArg::Int(needed),
-                    )
-                }
-                Ok(CloneLayout::Symbolic { rank, offset }) => {
-                    self.symbolic_layout(af, base, rank, offset)
-                }
-                // Unreachable after `unclonable`; a plain clone keeps the values.
-                Err(_) => {
-                    return self.insert(
-                        af,
-                        Callee::Aten("aten::clone.default"),
-                        vec![PlanArg::Ref(base)],
-                        vec![],
-                        MetaSource::Compute,
-                    )
-                }
-            };
+        let Ok(CloneSource {
+            anchor,
+            layout,
+            chain,
+        }) = self.clone_source(node)
+        else {
+            // Unreachable after `unclonable`; a plain clone keeps the values.
+            return self.insert(
+                af,
+                Callee::Aten("aten::clone.default"),
+                vec![PlanArg::Ref(base)],
+                vec![],
+                MetaSource::Compute,
+            );
+        };
+        let base = if chain.is_empty() {
+            base
+        } else {
+            self.resolve(anchor)
+        };
+        let (size, stride, offset, needed) = match layout {
+            CloneLayout::Static {
+                size,
+                stride,
+                offset,
+            } => {
+                let needed = required_storage(&size, &stride, offset);
+                (
+                    PlanArg::IntList(size),
+                    PlanArg::IntList(stride),
+                    PlanArg::Int(offset),
+                    PlanArg::Int(needed),
+                )
+            }
+            CloneLayout::Symbolic { rank, offset } => self.symbolic_layout(af, base, rank, offset),
+        };
         let flat = self.insert(
             af,
             Callee::Aten("aten::as_strided.default"),
@@ -99,13 +108,19 @@ impl Context<'_> {
             vec![],
             MetaSource::Compute,
         );
-        self.insert(
+        let mut out = self.insert(
             af,
             Callee::Aten("aten::as_strided.default"),
             vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
             vec![],
             MetaSource::Compute,
-        )
+        );
+        for (callee, rest, kwargs) in chain {
+            let mut args = vec![PlanArg::Ref(ValueRef::New(out))];
+            args.extend(rest);
+            out = self.insert(af, callee, args, kwargs, MetaSource::Compute);
+        }
+        out
     }
 
     /// Sizes, strides, storage offset and required storage length of `base`

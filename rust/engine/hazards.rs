@@ -76,29 +76,70 @@ impl Context<'_> {
         call: &MutationCall,
         accepted: &[usize],
     ) -> Option<Vec<Geometry>> {
+        call.written
+            .iter()
+            .filter(|w| accepted.contains(&w.buffer))
+            .map(|w| self.written_geometry(call, w))
+            .collect()
+    }
+
+    /// Geometry of the region written argument `w` covers, or `None` when
+    /// it is not modelled.
+    fn written_geometry(&self, call: &MutationCall, w: &WrittenArg) -> Option<Geometry> {
         let n = self.graph.node(call.node);
-        let mut out = Vec::new();
-        for w in call.written.iter().filter(|w| accepted.contains(&w.buffer)) {
-            let base = self.geometry(call.buffers[w.buffer].node);
-            out.push(match &w.view {
-                ViewOfBuffer::Whole | ViewOfBuffer::Alias => base,
-                ViewOfBuffer::Slice { keys } => {
-                    let get = |k: &String| n.kwarg(k).and_then(crate::ir::Value::as_int);
-                    let (dim, start, end) = (get(&keys[0])?, get(&keys[1])?, get(&keys[2])?);
-                    if dim < 0 || start < 0 || end < start {
-                        return None;
-                    }
-                    base.then(&ViewStep::Slice {
-                        dim,
-                        start,
-                        end,
-                        step: 1,
-                    })
+        let base = self.geometry(call.buffers[w.buffer].node);
+        Some(match &w.view {
+            ViewOfBuffer::Whole | ViewOfBuffer::Alias => base,
+            ViewOfBuffer::Slice { keys } => {
+                let get = |k: &String| n.kwarg(k).and_then(crate::ir::Value::as_int);
+                let (dim, start, end) = (get(&keys[0])?, get(&keys[1])?, get(&keys[2])?);
+                if dim < 0 || start < 0 || end < start {
+                    return None;
                 }
-                ViewOfBuffer::AsStrided { .. } => return None,
-            });
-        }
-        Some(out)
+                base.then(&ViewStep::Slice {
+                    dim,
+                    start,
+                    end,
+                    step: 1,
+                })
+            }
+            ViewOfBuffer::AsStrided { .. } => return None,
+        })
+    }
+
+    /// True when the call provably writes no element of buffer `b`: every
+    /// written argument in it has no element (an empty slice range, a size
+    /// 0 in its static sizes). Such a write changes no memory, so nothing
+    /// that reads the buffer, before or after the call, needs a clone.
+    pub(super) fn writes_nothing(&self, call: &MutationCall, b: usize) -> bool {
+        let n = self.graph.node(call.node);
+        let buf = call.buffers[b].node;
+        let static_empty = |m: NodeId| {
+            self.graph
+                .node(m)
+                .meta
+                .as_ref()
+                .and_then(|m| m.shape.as_ref())
+                .is_some_and(|s| s.contains(&0))
+        };
+        let buffer_empty = static_empty(buf) || self.geometry(buf).provably_empty();
+        let mut args = call.written.iter().filter(|w| w.buffer == b).peekable();
+        args.peek().is_some()
+            && args.all(|w| match &w.view {
+                // A view of an empty buffer cut by a slice is empty too.
+                ViewOfBuffer::Whole | ViewOfBuffer::Alias => buffer_empty,
+                ViewOfBuffer::Slice { .. } => {
+                    buffer_empty
+                        || self
+                            .written_geometry(call, w)
+                            .is_some_and(|g| g.provably_empty())
+                }
+                // `as_strided` reaches any element of the storage: only its
+                // own sizes tell.
+                ViewOfBuffer::AsStrided { keys } => {
+                    matches!(n.kwarg(&keys[0]), Some(crate::ir::Value::List(v) | crate::ir::Value::Tuple(v)) if v.contains(&crate::ir::Value::Int(0)))
+                }
+            })
     }
 
     pub(super) fn movable(&self, n: NodeId) -> bool {

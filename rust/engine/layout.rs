@@ -29,7 +29,7 @@ pub(super) fn clone_layout(
         return Err("the graph carries no tensor metadata for it");
     };
     let Some(offset) = m.storage_offset else {
-        return Err("its storage offset is symbolic");
+        return Err(SYMBOLIC_OFFSET);
     };
     Ok(match (&m.shape, &m.stride) {
         (Some(size), Some(stride)) => CloneLayout::Static {
@@ -42,6 +42,170 @@ pub(super) fn clone_layout(
             offset,
         },
     })
+}
+
+/// Error of [`clone_layout`] for a view whose storage offset is symbolic.
+pub(super) const SYMBOLIC_OFFSET: &str = "its storage offset is symbolic";
+
+/// View operators a clone replays on a copy of its view's source, by name.
+/// Every one takes its source as argument 0 and computes the view's layout
+/// from the source's layout and its other arguments alone, so replaying it on
+/// an exact clone of the source gives exactly the view's size, stride and
+/// storage offset.
+const REPLAYABLE_VIEWS: &[&str] = &[
+    "aten::alias.default",
+    "aten::as_strided.default",
+    "aten::chunk.default",
+    "aten::detach.default",
+    "aten::diagonal.default",
+    "aten::expand.default",
+    "aten::movedim.int",
+    "aten::narrow.default",
+    "aten::permute.default",
+    "aten::reshape.default",
+    "aten::select.int",
+    "aten::slice.Tensor",
+    "aten::split.Tensor",
+    "aten::split_with_sizes.default",
+    "aten::squeeze.default",
+    "aten::squeeze.dim",
+    "aten::squeeze.dims",
+    "aten::t.default",
+    "aten::transpose.int",
+    "aten::unbind.int",
+    "aten::unflatten.int",
+    "aten::unfold.default",
+    "aten::unsqueeze.default",
+    "aten::view.default",
+];
+
+/// The `'static` name of a view operator a clone can replay.
+pub(super) fn replayable_view(name: &str) -> Option<&'static str> {
+    REPLAYABLE_VIEWS.iter().copied().find(|v| *v == name)
+}
+
+/// One view node applied again: its callee, and its arguments after the
+/// source (argument 0, the copy being cut).
+pub(super) type Replay = (Callee, Vec<PlanArg>, Vec<(String, PlanArg)>);
+
+/// How a clone of a node is made: an exact clone of `anchor` (a node whose
+/// layout [`clone_layout`] gives), then the graph's own view nodes `chain`
+/// (outermost first) replayed on it. The chain is empty unless the node's
+/// storage offset is symbolic: its view source's may not be.
+pub(super) struct CloneSource {
+    pub(super) anchor: NodeId,
+    pub(super) layout: CloneLayout,
+    pub(super) chain: Vec<Replay>,
+}
+
+impl Context<'_> {
+    /// How to clone `n` with its exact layout, or why it cannot be. A view
+    /// whose storage offset is symbolic is cloned through the nearest view
+    /// source whose offset is static: that source's memory is copied with
+    /// its exact layout and the view nodes from it to `n` are applied again
+    /// to the copy, which gives the copy exactly `n`'s size, stride and
+    /// storage offset, as torch computes them (no offset arithmetic here;
+    /// Inductor also miscomputes an `as_strided` fed by
+    /// `sym_storage_offset`). The copy holds `n`'s current contents: a view
+    /// shares its source's memory.
+    pub(super) fn clone_source(&self, n: NodeId) -> std::result::Result<CloneSource, String> {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        loop {
+            match clone_layout(self.graph, self.layout_source(cur)) {
+                Ok(layout) => {
+                    chain.reverse();
+                    return Ok(CloneSource {
+                        anchor: cur,
+                        layout,
+                        chain,
+                    });
+                }
+                Err(why) if why == SYMBOLIC_OFFSET => {}
+                Err(why) if chain.is_empty() => return Err(why.into()),
+                Err(why) => {
+                    return Err(format!(
+                        "{SYMBOLIC_OFFSET} and its view source `{}` cannot be cloned: {why}",
+                        self.graph.node(cur).name
+                    ))
+                }
+            }
+            let Role::View { src, .. } = self.roles[cur.idx()] else {
+                return Err(if chain.is_empty() {
+                    format!("{SYMBOLIC_OFFSET} and it is not a view")
+                } else {
+                    format!(
+                        "{SYMBOLIC_OFFSET} and so is that of `{}`, not a view",
+                        self.graph.node(cur).name
+                    )
+                });
+            };
+            match self.replay_args(cur, src) {
+                Ok(replay) => chain.push(replay),
+                Err(why) => {
+                    return Err(format!(
+                    "{SYMBOLIC_OFFSET} and its view `{}` cannot be applied again to a copy: {why}",
+                    self.graph.node(cur).name
+                ))
+                }
+            }
+            cur = src;
+        }
+    }
+
+    /// The callee and arguments that apply view node `v` (a view of `src`,
+    /// its first argument) again, to another source.
+    fn replay_args(&self, v: NodeId, src: NodeId) -> std::result::Result<Replay, String> {
+        let node = self.graph.node(v);
+        if node.args.first() != Some(&crate::ir::Value::Node(src)) {
+            return Err("its source is not its first argument".into());
+        }
+        let target = self.graph.target_of(v);
+        let callee = if target.kind == TargetKind::Getitem {
+            Callee::Getitem
+        } else {
+            match replayable_view(&target.name) {
+                Some(name) => Callee::Aten(name),
+                None => return Err(format!("`{}` is not a view it replays", target.name)),
+            }
+        };
+        let mut args = Vec::new();
+        for a in &node.args[1..] {
+            args.push(self.plan_arg(a).ok_or_else(|| format!("argument {a:?}"))?);
+        }
+        let kwargs = node
+            .kwargs
+            .iter()
+            .map(|(k, _)| {
+                (
+                    k.clone(),
+                    PlanArg::FromKwarg {
+                        node: v,
+                        key: k.clone(),
+                    },
+                )
+            })
+            .collect();
+        Ok((callee, args, kwargs))
+    }
+
+    /// An argument of an original node as a plan argument: integers, None,
+    /// nodes (SymInts) and lists of them.
+    fn plan_arg(&self, a: &crate::ir::Value) -> Option<PlanArg> {
+        use crate::ir::Value;
+        Some(match a {
+            Value::Int(i) => PlanArg::Int(*i),
+            Value::None => PlanArg::None,
+            Value::Node(m) => PlanArg::Ref(self.resolve(*m)),
+            Value::List(items) | Value::Tuple(items) => PlanArg::List(
+                items
+                    .iter()
+                    .map(|i| self.plan_arg(i))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            _ => return None,
+        })
+    }
 }
 
 /// Elements a strided tensor needs from its storage, as

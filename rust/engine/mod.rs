@@ -28,7 +28,7 @@ use crate::analysis::alias::{classify, Geometry, Role, ViewStep};
 use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
-use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer};
+use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer, WrittenArg};
 use crate::forms::FormCall;
 use crate::ir::validate::validate;
 use crate::ir::{Graph, NodeId, OpCode, TargetKind};
@@ -44,7 +44,7 @@ mod realize;
 mod storage;
 mod writeback;
 
-use layout::{clone_layout, required_storage, strided_layout, CloneLayout};
+use layout::{required_storage, strided_layout, CloneLayout, CloneSource};
 use storage::structural_root;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is

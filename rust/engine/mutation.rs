@@ -47,12 +47,17 @@ impl Context<'_> {
             .filter(|(name, _)| !call.user_aliased_reads.contains(name))
             .map(|&(_, n)| (self.find(n), n))
             .collect();
+        // Buffers the call writes no element of: none of the reasons below
+        // to clone applies to them (they still bind the call's results).
+        let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
         for (root, bufs) in groups {
             let mut accepted: Vec<usize> = Vec::new();
             for &b in &bufs {
                 let buf = &call.buffers[b];
                 let label = buf.label.clone();
-                if self.overlapping_view(buf.node) {
+                if noop[b] {
+                    accepted.push(b);
+                } else if self.overlapping_view(buf.node) {
                     clone[b] = Some(Self::plain_note(
                         &label,
                         "the written view may overlap itself (expand or zero stride)".into(),
@@ -114,7 +119,7 @@ impl Context<'_> {
                 }
             }
             if let Some(reason) = refuse {
-                for &b in &accepted {
+                for &b in accepted.iter().filter(|&&b| !noop[b]) {
                     clone[b] = Some(Self::plain_note(
                         &call.buffers[b].label,
                         reason.clone(),
@@ -178,8 +183,14 @@ impl Context<'_> {
                 .as_ref()
                 .map(|c| c.keys().copied().collect())
                 .unwrap_or_default();
-            let written = self.written_geometries(call, &accepted);
-            let hazards = self.hazards(root, af, &excluded, cut, written.as_deref());
+            // Readers of the old value matter only where the call writes.
+            let active: Vec<usize> = accepted.iter().copied().filter(|&b| !noop[b]).collect();
+            let hazards = if active.is_empty() {
+                Vec::new()
+            } else {
+                let written = self.written_geometries(call, &active);
+                self.hazards(root, af, &excluded, cut, written.as_deref())
+            };
             if !hazards.is_empty() {
                 match self.plan_moves(&hazards, af) {
                     Ok(set) => {
@@ -190,7 +201,7 @@ impl Context<'_> {
                         moved.extend(set);
                     }
                     Err(blocker) => {
-                        for &b in &accepted {
+                        for &b in &active {
                             clone[b] = Some(self.reader_note(
                                 &call.buffers[b].label,
                                 blocker,
@@ -219,14 +230,15 @@ impl Context<'_> {
 
     /// The reason a buffer that must be cloned cannot be, if any: a clone
     /// must reproduce the exact layout of the value it stands for, which
-    /// needs at least the buffer's rank and a static storage offset.
+    /// needs at least the buffer's rank and a static storage offset (its
+    /// own, or that of a view source the clone is cut from again).
     pub(super) fn unclonable(
         &self,
         call: &MutationCall,
         clone: &[Option<CloneNote>],
     ) -> Option<String> {
         clone.iter().enumerate().find_map(|(b, note)| {
-            let why = clone_layout(self.graph, self.layout_source(call.buffers[b].node)).err()?;
+            let why = self.clone_source(call.buffers[b].node).err()?;
             note.as_ref().map(|_| {
                 format!(
                     "{} needs a clone with its exact layout, but {why}",
