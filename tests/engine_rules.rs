@@ -1563,7 +1563,7 @@ fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
     );
     let g = b.output(&[sc, mm]);
     // The reference interpreter runs it: `planned` compares the values.
-    assert!(interp::run_original(&g).is_ok());
+    assert!(common::interp::run_original(&g).is_ok());
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
     let calls: Vec<(&Callee, &Vec<PlanArg>)> = p

@@ -65,12 +65,26 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     _, eager = record
     v2 = "_all_bases" in af.kwargs
 
-    def view(prefix: str) -> Any:
+    graph_bases = af.kwargs.get("_all_bases") or []
+
+    def view(prefix: str, actual: Any) -> Any:
         bases = eager.get("_all_bases") or []
         index = af.kwargs.get(f"{prefix}_base_index")
         if index is None or index >= len(bases) or bases[index] is None:
             return None
         base, kw = bases[index], af.kwargs
+        # Where eager's base has the layout the graph's base has, the view
+        # cut from it has the layout of the call's own argument (the same
+        # view of the graph's base, or its exact clone): no fake dispatch.
+        graph_base = graph_bases[index] if index < len(graph_bases) else None
+        if (
+            isinstance(actual, torch.fx.Node)
+            and isinstance(graph_base, torch.fx.Node)
+            and _layout_key(base) is not None
+            and _layout_key(base) == _layout_key(graph_base.meta.get("val"))
+            and _layout_key(actual.meta.get("val")) is not None
+        ):
+            return actual.meta["val"]
         try:
             with getattr(base, "fake_mode", None) or contextlib.nullcontext():
                 if f"{prefix}_storage_offset" in kw:
@@ -86,25 +100,49 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         except Exception:  # no constraint rather than a wrong one
             return None
 
-    def eager_of(a: Any) -> Any:
+    def eager_of(a: Any, actual: Any) -> Any:
         written = a.alias_info is not None and a.alias_info.is_write
         if not (v2 and written):
             v = eager.get(a.name)
             return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
         length = af.kwargs.get(f"_{a.name}_length", -1)
         if length == -1:
-            return view(f"_{a.name}")
-        return None if length is None else [view(f"_{a.name}_{i}") for i in range(length)]
+            return view(f"_{a.name}", actual)
+        if length is None:
+            return None
+        items = actual if isinstance(actual, list | tuple) and len(actual) == length else [None] * length
+        return [view(f"_{a.name}_{i}", items[i]) for i in range(length)]
 
     args, kwargs = [], {}
     positional = iter(call.args)
     for a in schema.arguments:
         if a.kwarg_only:
             if a.name in call.kwargs:
-                kwargs[a.name] = eager_of(a)
-        elif next(positional, _MISSING) is not _MISSING:
-            args.append(eager_of(a))
+                kwargs[a.name] = eager_of(a, call.kwargs[a.name])
+        else:
+            actual = next(positional, _MISSING)
+            if actual is not _MISSING:
+                args.append(eager_of(a, actual))
     return (tuple(args), kwargs)
+
+
+def _layout_key(t: Any) -> tuple[str, ...] | None:
+    """dtype, device, sizes, strides and storage offset of a tensor, symbolic
+    ones by their expression (reading them adds no guard)."""
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return None
+    try:
+        return (
+            str(t.dtype),
+            str(t.device),
+            *(str(d) for d in t.shape),
+            "/",
+            *(str(d) for d in t.stride()),
+            "@",
+            str(t.storage_offset()),
+        )
+    except Exception:  # a subclass that refuses: no shortcut
+        return None
 
 
 def storage_of(v: Any) -> int | None:
