@@ -3,6 +3,11 @@
 //! `FXREWRITE_BENCH_LARGE=1`) in both forms. Before timing, every graph is
 //! checked to plan with every auto_functionalized node re-inplaced, no clone
 //! and none left; a graph that fails the check is reported and not timed.
+//!
+//! Peak memory: the bench counts heap allocations (`peak_alloc`, a counting
+//! wrapper around the system allocator) and prints, per graph, the peak heap the engine adds
+//! during one plan, in total and per node: the figure the README reports
+//! beside the time per node.
 
 #[allow(dead_code)]
 mod common;
@@ -10,6 +15,20 @@ mod common;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use peak_alloc::PeakAlloc;
+
+#[global_allocator]
+static ALLOCATOR: PeakAlloc = PeakAlloc;
+
+/// Peak heap bytes added by one plan of `g`, above what was live before.
+fn peak_heap_of_plan(g: &fxrewrite::ir::Graph) -> usize {
+    let before = ALLOCATOR.current_usage();
+    ALLOCATOR.reset_peak_usage();
+    let plan = fxrewrite::plan(g);
+    let peak = ALLOCATOR.peak_usage();
+    drop(plan);
+    peak.saturating_sub(before)
+}
 
 fn plan(c: &mut Criterion) {
     let cases = common::cases();
@@ -25,6 +44,16 @@ fn plan(c: &mut Criterion) {
                 continue;
             }
         }
+        let peak = peak_heap_of_plan(&case.graph);
+        #[allow(clippy::cast_precision_loss)]
+        let (mib, per_node) = (
+            peak as f64 / (1024.0 * 1024.0),
+            peak as f64 / case.nodes() as f64,
+        );
+        eprintln!(
+            "plan/{}: peak heap {mib:.1} MiB, {per_node:.0} bytes per node",
+            case.id()
+        );
         group.throughput(Throughput::Elements(case.nodes()));
         group.bench_with_input(
             BenchmarkId::from_parameter(case.id()),
