@@ -21,6 +21,8 @@ cargo clippy --all-targets --all-features --quiet -- -D warnings
 echo "== ruff"
 ruff check python tests benches
 ruff format --check python tests benches
+echo "== mypy (strict, the package)"
+python -m mypy python/fxrewrite
 echo "== stub check"
 python -m mypy.stubtest fxrewrite._core --ignore-missing-stub --allowlist scripts/stubtest-allowlist.txt
 echo "== wheel: abi3 tag, the command line tool on every installed Python from 3.10"

@@ -118,7 +118,8 @@ def describe_target(obj: Any) -> tuple[str, int, Any]:
     if obj is auto_functionalized_v2:
         return ("higher_order.auto_functionalized_v2", _KIND["auto_functionalized_v2"], None)
     if isinstance(obj, torch._ops.HigherOrderOperator):
-        return (f"higher_order.{obj.name()}", _KIND["higher_order"], None)
+        hop: Any = obj  # HigherOrderOperator.name is untyped
+        return (f"higher_order.{hop.name()}", _KIND["higher_order"], None)
     if isinstance(obj, str):
         return (obj, _KIND["other"], None)
     name = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"

@@ -44,8 +44,9 @@ def compute(fake_mode: Any, node: torch.fx.Node) -> Any:
     if args and args[0] is None:
         return None
     try:
+        target: Any = node.target  # a call_function node: a callable
         with fake_mode:
-            return node.target(*args, **kwargs)
+            return target(*args, **kwargs)
     except Exception:  # metadata is best effort; the rewrite never depends on it
         return None
 
@@ -63,16 +64,17 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     if record is None or schema is None:
         return None
     _, eager = record
-    v2 = "_all_bases" in af.kwargs
+    kw: dict[str, Any] = dict(af.kwargs)  # arguments of any type, read by name
+    v2 = "_all_bases" in kw
 
-    graph_bases = af.kwargs.get("_all_bases") or []
+    graph_bases = kw.get("_all_bases") or []
 
     def view(prefix: str, actual: Any) -> Any:
         bases = eager.get("_all_bases") or []
-        index = af.kwargs.get(f"{prefix}_base_index")
+        index = kw.get(f"{prefix}_base_index")
         if index is None or index >= len(bases) or bases[index] is None:
             return None
-        base, kw = bases[index], af.kwargs
+        base = bases[index]
         # Where eager's base has the layout the graph's base has, the view
         # cut from it has the layout of the call's own argument (the same
         # view of the graph's base, or its exact clone): no fake dispatch.
@@ -105,7 +107,7 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         if not (v2 and written):
             v = eager.get(a.name)
             return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
-        length = af.kwargs.get(f"_{a.name}_length", -1)
+        length = kw.get(f"_{a.name}_length", -1)
         if length == -1:
             return view(f"_{a.name}", actual)
         if length is None:
@@ -146,9 +148,14 @@ def _layout_key(t: Any) -> tuple[str, ...] | None:
 
 
 def storage_of(v: Any) -> int | None:
-    if isinstance(v, torch.Tensor) and torch._C._has_storage(v):
+    """Identity of a tensor value's storage (what fake propagation keeps for
+    aliases); ``None`` for a non-tensor or a tensor without storage."""
+    if not isinstance(v, torch.Tensor) or not torch._C._has_storage(v):
+        return None
+    try:
         return int(v.untyped_storage()._cdata)
-    return None
+    except Exception:  # a tensor subclass without storage: unknown
+        return None
 
 
 def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: Any) -> None:
@@ -175,9 +182,10 @@ def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: A
             if not any(storage_of(v) == old_storage for v in items):
                 continue
             args, kwargs = torch.fx.node.map_arg((u.args, u.kwargs), lambda a: a.meta.get("val"))
+            target: Any = u.target
             try:
                 with fake_mode:
-                    u.meta["val"] = u.target(*args, **kwargs)
+                    u.meta["val"] = target(*args, **kwargs)
             except Exception:  # best effort: Inductor's own update recomputes it
                 u.meta.pop("val", None)
                 continue

@@ -26,6 +26,9 @@ from typing import Any
 from . import _core
 from .report import Decision, Report
 
+#: The value tag of a callable in the IR tuples (``rust/ir/wire.rs``).
+_T_TARGET = _core.WIRE_CODES["value_tag"]["target"]
+
 __all__ = ["DOT_ENV", "MAX_REGION_NODES", "DotMissingError", "DrawError", "render_html"]
 
 DOT_ENV = "FXREWRITE_DOT"
@@ -93,10 +96,10 @@ class _Table:
             return "output"
         name = self.targets[n[2]][0]
         if name.startswith("higher_order."):
-            op = next((a for a in n[3] if isinstance(a, tuple) and a[0] == 7), None)
+            op = next((a for a in n[3] if isinstance(a, tuple) and a[0] == _T_TARGET), None)
             if op is not None:
                 return f"{name.removeprefix('higher_order.')}({self.targets[op[1]][0]})"
-        return name
+        return str(name)
 
     def written(self, i: int) -> list[int]:
         """Operands an operator call writes, per its schema."""
@@ -163,7 +166,7 @@ def _new_node_origins(
             i = r["Old"]
             if i in replaced and depth < 64:
                 return ref_name(replaced[i], depth + 1)
-            return before.names[i]
+            return str(before.names[i])
         return new_names.get(r.get("New", -1))
 
     def arg_names(a: Any, out: list[str]) -> None:
@@ -256,9 +259,9 @@ def regions(before: _Table, after: _Table, plan: dict[str, Any], report: Report)
         ok = _add(a, call, "call") and ok
         ok = _add(a, (j for j in new_for if j not in a), "clone" if d.clones else "new") and ok
         for i, role in b.items():
-            j = after.index.get(before.names[i])
-            if j is not None:
-                ok = _add(a, [j], role) and ok
+            kept = after.index.get(before.names[i])
+            if kept is not None:
+                ok = _add(a, [kept], role) and ok
         for i in b:  # a removed node: what replaced it
             if before.names[i] in after.index or i == af:
                 continue

@@ -86,7 +86,7 @@ def _trace(report: Report) -> None:
     """The report as a structured-trace artifact, shown by tlparse beside
     Inductor's own."""
     try:
-        from torch._logging import trace_structured
+        from torch._logging import trace_structured  # type: ignore[attr-defined]
 
         trace_structured(
             "artifact",
@@ -116,8 +116,9 @@ def _mark_fake_tensors_current(graph: torch.fx.Graph) -> bool:
     as before.
     """
     import sys
+    import types
 
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "post_grad_passes":
             updater = frame.f_locals.get("fake_tensor_updater")
@@ -183,7 +184,7 @@ def _html(native: Any, save_dir: str | None, stem: str) -> None:
         except OSError as e:
             log.warning("fxrewrite could not save %s.html to %s: %s", stem, save_dir, e)
     try:
-        from torch._logging import trace_structured
+        from torch._logging import trace_structured  # type: ignore[attr-defined]
 
         trace_structured(
             "artifact",

@@ -30,6 +30,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 __all__ = ["META_KEY", "PrePass", "pre_pass", "record_user_aliasing"]
 
 from .encode import USER_ALIASED_META as META_KEY  # ``{read argument: (node names, ...)}``
+from .fx_meta import storage_of
 
 
 def _nodes(value: Any) -> list[torch.fx.Node]:
@@ -41,13 +42,7 @@ def _nodes(value: Any) -> list[torch.fx.Node]:
 
 
 def _storage(node: torch.fx.Node) -> int | None:
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not torch._C._has_storage(val):
-        return None
-    try:
-        return int(val.untyped_storage()._cdata)
-    except Exception:  # a tensor subclass without storage: unknown, so never trusted
-        return None
+    return storage_of(node.meta.get("val"))
 
 
 def _written_nodes(node: torch.fx.Node, schema: Any) -> list[torch.fx.Node]:
