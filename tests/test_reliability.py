@@ -70,8 +70,10 @@ def test_unknown_auto_functionalized_argument_is_left_and_reported(caplog):
     assert "_from_a_newer_torch" in (left.reason or "")
     assert any("_from_a_newer_torch" in r.getMessage() for r in caplog.records)
     assert report.reinplaced == 1  # the other node is still rewritten
-    with pytest.raises(fxrewrite.UnsupportedGraphError, match="_from_a_newer_torch"):
+    with pytest.raises(fxrewrite.UnsupportedGraphError, match="_from_a_newer_torch") as err:
         fxrewrite.rewrite(copy.deepcopy(gm.graph), strict=True)
+    assert err.value.kind == "unsupported"
+    assert f"cannot rewrite {af.name} (fxr_test::" in str(err.value)
 
 
 _HOOKS = ("compute", "eager_input_vals")
@@ -204,3 +206,18 @@ def test_report_goes_to_the_structured_trace(monkeypatch):
     ((kind, meta, payload),) = seen
     assert kind == "artifact" and meta["name"] == "fxrewrite_report"
     assert len(payload["decisions"]) == 2
+
+
+def test_every_error_carries_a_stable_kind(tmp_path):
+    # From Rust: the variant's kind on the instance.
+    with pytest.raises(fxrewrite.FileFormatError) as rust_err:
+        fxrewrite._core.Graph.read(b"not an fxir file")
+    assert rust_err.value.kind == "decode"
+    # From Python: the class's kind.
+    not_zip = tmp_path / "model.pt2"
+    not_zip.write_bytes(b"not a zip")
+    with pytest.raises(fxrewrite.FileFormatError) as py_err:
+        fxrewrite.load(not_zip)
+    assert py_err.value.kind == "decode"
+    assert fxrewrite.FxrewriteError("x").kind == "error"
+    assert fxrewrite.InternalError("x").kind == "internal"

@@ -34,8 +34,10 @@ __all__ = [
 class FxrewriteError(Exception):
     """Base class of every error fxrewrite raises.
 
-    Raised from Rust, it carries ``kind``: the stable name of the engine error
-    (``invalid_graph``, ``decode``, ``version``, ``unsupported``, ``internal``).
+    Every one carries ``kind``, a stable name: raised from Rust, the engine
+    error's (``invalid_graph``, ``decode``, ``version``, ``unsupported``,
+    ``internal``); raised from Python, its class's (``"error"`` for this base
+    class, ``"decode"`` for ``FileFormatError``, ...).
     """
 
     kind: str

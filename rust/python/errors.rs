@@ -57,8 +57,21 @@ pub fn to_py(err: Error) -> PyErr {
 }
 
 /// Registers the exception classes on the module.
+///
+/// Each class also gets a class-level `kind`, so that an error raised from
+/// Python (a torch.export archive that cannot be read, a target that cannot
+/// be resolved when loading) carries one too: the class's own kind, or
+/// `"error"` for the base class. Errors from Rust set the variant's kind on
+/// the instance (`decode` or `version` for a `FileFormatError`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    py.get_type::<FxrewriteError>().setattr("kind", "error")?;
+    py.get_type::<InvalidGraphError>()
+        .setattr("kind", "invalid_graph")?;
+    py.get_type::<FileFormatError>().setattr("kind", "decode")?;
+    py.get_type::<UnsupportedGraphError>()
+        .setattr("kind", "unsupported")?;
+    py.get_type::<InternalError>().setattr("kind", "internal")?;
     m.add("FxrewriteError", py.get_type::<FxrewriteError>())?;
     m.add("InvalidGraphError", py.get_type::<InvalidGraphError>())?;
     m.add("FileFormatError", py.get_type::<FileFormatError>())?;
