@@ -507,6 +507,47 @@ def test_metadata_left_by_the_pass_is_what_fake_propagation_gives(v2, program):
     assert check.checked >= 1
 
 
+def _updater_counts(program, v2: bool, monkeypatch) -> list[int]:
+    """Compiles ``program`` with ``fxrewrite.pass_`` and returns what each
+    run of Inductor's ``FakeTensorUpdater.incremental_update`` recomputed."""
+    from torch._inductor import fx_utils
+
+    counts: list[int] = []
+    real = fx_utils.FakeTensorUpdater.incremental_update
+
+    def counted(self):
+        n = real(self)
+        counts.append(int(n or 0))
+        return n
+
+    monkeypatch.setattr(fx_utils.FakeTensorUpdater, "incremental_update", counted)
+    args = program.make_inputs()
+    expected = program.fn(*[a.clone() for a in args])
+    got = _compile_with(
+        program.fn, [a.clone() for a in args], {"post_grad_custom_post_pass": fxrewrite.pass_}, v2
+    )
+    torch.testing.assert_close(got, expected)
+    return counts
+
+
+_DECODER_LIKE = [
+    p for p in PROGRAMS if p.name in ("residual chain", "rotary on split qkv", "reorderable reader")
+]
+
+
+@pytest.mark.parametrize("program", _DECODER_LIKE, ids=[p.name for p in _DECODER_LIKE])
+def test_inductor_recomputes_no_fake_tensor_after_the_pass(v2, program, monkeypatch):
+    # The pass tells the running updater which nodes it changed (created,
+    # re-pointed) and gives them the values propagation would; the updater
+    # then has nothing to redo. Without the mark it recomputes them, and
+    # their users.
+    assert sum(_updater_counts(program, v2, monkeypatch)) == 0
+    import fxrewrite.inductor_pass as ip
+
+    monkeypatch.setattr(ip, "_mark_fake_tensors_current", lambda graph, changed: False)
+    assert sum(_updater_counts(program, v2, monkeypatch)) > 0
+
+
 class _OrderAfterTheCall(torch._inductor.custom_graph_pass.CustomGraphPass):
     """Wraps the first `mul` after the auto_functionalized node in Inductor's
     `control_deps` with the node as an ordering dependency (what Inductor's

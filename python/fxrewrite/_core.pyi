@@ -140,11 +140,12 @@ class Graph:
     def plan(self) -> Plan:
         """Plans the rewrite (GIL released)."""
 
-    def apply_fx(self, plan: Plan, fx_graph: Any, nodes: list[Any], targets: list[Any]) -> None:
+    def apply_fx(self, plan: Plan, fx_graph: Any, nodes: list[Any], targets: list[Any]) -> list[Any]:
         """Applies ``plan``, made from this graph, to ``fx_graph``, the live
         ``torch.fx.Graph`` this graph was encoded from and unchanged since
         (``nodes``: its nodes in order; ``targets``: the callables by target
         index). All or nothing: on any error the live graph is restored.
+        Returns the nodes whose FX hash changed (created nodes, re-pointed users).
 
         Raises:
             InternalError: the plan does not fit the graph, or the graph refused an edit.

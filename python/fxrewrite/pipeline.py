@@ -34,10 +34,19 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
         UnsupportedGraphError: strict mode, and a node was left untouched.
         FxrewriteError: strict mode, and the rewrite failed.
     """
+    return rewrite_tracking_changes(graph, strict=strict)[0]
+
+
+def rewrite_tracking_changes(
+    graph: torch.fx.Graph, *, strict: bool | None = None
+) -> tuple[Report, list[torch.fx.Node]]:
+    """``rewrite``, also returning the nodes whose FX hash (node, target,
+    arguments) the rewrite changed: the nodes it created and the users it
+    re-pointed. Every other node keeps its hash."""
     strict = strict_from_env() if strict is None else strict
     t0 = time.perf_counter()
     if not any(is_auto_functionalized(n) for n in graph.nodes):
-        return Report(nodes=len(graph.nodes), timings={"total": time.perf_counter() - t0})
+        return Report(nodes=len(graph.nodes), timings={"total": time.perf_counter() - t0}), []
     try:
         enc = encode(graph, meta_mode="operands")
         t1 = time.perf_counter()
@@ -50,7 +59,7 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
         # Checks the plan against the graph and its own report first, then
         # edits; checks the order of every node it touched before erasing;
         # restores the graph on any failure.
-        native.apply_fx(plan, graph, enc.nodes, enc.targets)
+        changed = native.apply_fx(plan, graph, enc.nodes, enc.targets)
         t3 = time.perf_counter()
     except _core.UnsupportedGraphError:
         raise
@@ -58,7 +67,7 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
         if strict:
             raise
         log.warning("fxrewrite left the graph untouched: %s: %s", type(e).__name__, e)
-        return Report(nodes=len(graph.nodes), error=f"{type(e).__name__}: {e}")
+        return Report(nodes=len(graph.nodes), error=f"{type(e).__name__}: {e}"), []
     _add_sources(graph, report)
     report.timings = {
         "encode": t1 - t0,
@@ -69,7 +78,7 @@ def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
     for d in report.left:
         log.warning("fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
     log.info("%s", report.summary())
-    return report
+    return report, changed
 
 
 def _add_sources(graph: torch.fx.Graph, report: Report) -> None:

@@ -53,6 +53,10 @@ pub struct FxEditor<'py> {
     /// operands can have changed place, so the only ones the order check
     /// before erasing looks at.
     touched: Vec<Bound<'py, PyAny>>,
+    /// Nodes created, and users whose arguments changed: the only nodes
+    /// whose FX hash (node, target, arguments) is new, what Inductor's
+    /// `FakeTensorUpdater` must be told about.
+    changed: Vec<Bound<'py, PyAny>>,
 }
 
 fn py_err(e: &PyErr, py: Python<'_>, at: u32, what: &str) -> crate::Error {
@@ -85,6 +89,7 @@ impl<'py> FxEditor<'py> {
             undo: Vec::new(),
             repointed: Vec::new(),
             touched: Vec::new(),
+            changed: Vec::new(),
         })
     }
 
@@ -221,6 +226,7 @@ impl<'py> FxEditor<'py> {
         self.undo.push(Undo::Insert(created.clone()));
         ins.before.call_method1("prepend", (&created,))?;
         self.touched.push(created.clone());
+        self.changed.push(created.clone());
         let meta = created.getattr("meta")?;
         if let Some(val) = self.meta_val(ins.meta, &created)? {
             meta.set_item("val", val)?;
@@ -243,22 +249,22 @@ impl<'py> FxEditor<'py> {
         Ok(created)
     }
 
-    /// Brings the views of re-pointed values up to date: the last step of a
-    /// successful apply.
+    /// Brings the views of re-pointed values up to date, the last step of a
+    /// successful apply, and returns the nodes whose FX hash changed (created
+    /// nodes and re-pointed users, erased ones included).
     ///
     /// # Errors
     /// A Python error from the refresh.
-    pub fn finish(mut self) -> PyResult<()> {
-        if self.repointed.is_empty() {
-            return Ok(());
+    pub fn finish(mut self) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        if !self.repointed.is_empty() {
+            let mode = self.fake_mode()?;
+            let pairs = PyList::empty(self.py);
+            for (old, users) in &self.repointed {
+                pairs.append((old, users))?;
+            }
+            self.meta.call_method1("refresh_views", (pairs, mode))?;
         }
-        let mode = self.fake_mode()?;
-        let pairs = PyList::empty(self.py);
-        for (old, users) in &self.repointed {
-            pairs.append((old, users))?;
-        }
-        self.meta.call_method1("refresh_views", (pairs, mode))?;
-        Ok(())
+        Ok(self.changed)
     }
 
     /// Every touched node comes after its operands and before its users, in
@@ -367,6 +373,7 @@ impl<'py> Editor for FxEditor<'py> {
             self.undo.push(Undo::Replace(saved));
             node.call_method1("replace_all_uses_with", (with,))?;
             self.touched.extend(users.iter());
+            self.changed.extend(users.iter());
             let old = node.getattr("meta")?.call_method1("get", ("val",))?;
             if !old.is_none() {
                 self.repointed.push((old, users));

@@ -155,14 +155,15 @@ impl PyGraph {
     /// Applies `plan`, made from this graph, to `fx_graph`, the live
     /// `torch.fx.Graph` this graph was encoded from (`nodes`: its nodes in
     /// order; `targets`: the callables by target index), unchanged since.
-    /// All or nothing: on any error the live graph is restored.
-    fn apply_fx(
+    /// All or nothing: on any error the live graph is restored. Returns the
+    /// nodes whose FX hash changed (created nodes, re-pointed users).
+    fn apply_fx<'py>(
         &self,
         plan: &PyPlan,
-        fx_graph: &Bound<'_, PyAny>,
-        nodes: Vec<Bound<'_, PyAny>>,
-        targets: Vec<Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+        fx_graph: &Bound<'py, PyAny>,
+        nodes: Vec<Bound<'py, PyAny>>,
+        targets: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         if nodes.len() != self.graph.len() {
             return Err(errors::InternalError::new_err(format!(
                 "the live graph has {} nodes, the planned one {}",
