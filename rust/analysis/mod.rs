@@ -2,4 +2,6 @@
 
 pub mod alias;
 pub mod liveness;
+#[cfg(test)]
+pub(crate) mod test_graph;
 pub mod uses;

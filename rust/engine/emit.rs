@@ -547,3 +547,172 @@ impl Context<'_> {
         Outcome::Rewritten
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{erased, inserted, only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{scale_out, B};
+    use crate::ir::Value;
+    use crate::plan::{Action, Plan};
+
+    /// The inserted call of the mutating operator: its arguments.
+    fn call_args(p: &Plan, op_name: &str, g: &Graph) -> Vec<PlanArg> {
+        p.edits
+            .iter()
+            .find_map(|e| match e {
+                Edit::Insert {
+                    callee: Callee::Target(t),
+                    args,
+                    ..
+                } if g.targets[t.idx()].name == op_name => Some(args.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_reinplaced_call_runs_on_the_buffer_and_its_result_becomes_the_buffer() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[nt]);
+        let p = plan_of(&g);
+        assert_eq!(inserted(&g, &p), ["m::scale_.default"]);
+        let kw = |k: &str| PlanArg::FromKwarg {
+            node: af,
+            key: k.into(),
+        };
+        assert_eq!(
+            call_args(&p, "m::scale_.default", &g),
+            [PlanArg::Ref(ValueRef::Old(t)), kw("s")]
+        );
+        assert!(p.edits.contains(&Edit::Replace {
+            node: nt,
+            with: ValueRef::Old(t)
+        }));
+        assert_eq!(erased(&p), [nt, af]);
+    }
+
+    #[test]
+    fn a_clone_copies_the_storage_flat_and_views_it_back_with_the_exact_layout() {
+        // `x` is never written back: the call writes a clone of it.
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let g = b.output(&[nx]);
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Cloned);
+        assert_eq!(
+            inserted(&g, &p),
+            [
+                "aten::as_strided.default",
+                "aten::clone.default",
+                "aten::as_strided.default",
+                "m::scale_.default"
+            ]
+        );
+        let Some(Edit::Insert { args, .. }) = p.edits.get(2) else {
+            panic!("the layout view");
+        };
+        assert_eq!(
+            args[1..],
+            [
+                PlanArg::IntList(vec![4, 8]),
+                PlanArg::IntList(vec![8, 1]),
+                PlanArg::Int(0)
+            ]
+        );
+        let Some(Edit::Insert { args, .. }) = p.edits.first() else {
+            panic!("the flat view");
+        };
+        assert_eq!(args[1], PlanArg::IntList(vec![32]));
+        let clone = PlanArg::Ref(ValueRef::New(NewId(2)));
+        assert_eq!(call_args(&p, "m::scale_.default", &g)[0], clone);
+    }
+
+    #[test]
+    fn a_written_slice_is_cut_again_from_its_buffer() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_slice_v2("af", t, 0, 2);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[nt]);
+        let p = plan_of(&g);
+        assert_eq!(
+            inserted(&g, &p),
+            ["aten::slice.Tensor", "m::scale_.default"]
+        );
+        let kw = |k: &str| PlanArg::FromKwarg {
+            node: af,
+            key: k.into(),
+        };
+        let Some(Edit::Insert { args, .. }) = p.edits.first() else {
+            panic!("the slice");
+        };
+        assert_eq!(
+            args[..],
+            [
+                PlanArg::Ref(ValueRef::Old(t)),
+                kw("_x_slice_dim"),
+                kw("_x_slice_start"),
+                kw("_x_slice_end")
+            ]
+        );
+        assert_eq!(
+            call_args(&p, "m::scale_.default", &g)[0],
+            PlanArg::Ref(ValueRef::New(NewId(0)))
+        );
+    }
+
+    #[test]
+    fn an_out_call_writes_a_fresh_buffer_of_the_recorded_layout() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.af(
+            "af",
+            true,
+            &scale_out(),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_size", Value::List(vec![Value::Int(4)])),
+                ("_x_stride", Value::List(vec![Value::Int(1)])),
+                ("_x_dtype", Value::Dtype("float32".into())),
+                ("_x_device", Value::Device("cpu".into())),
+                ("_all_bases", Value::List(vec![])),
+            ],
+        );
+        let g = b.output(&[x]);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!((d.action, d.rule), (Action::Reinplaced, "out_buffers_v2"));
+        assert_eq!(
+            inserted(&g, &p),
+            ["aten::empty_strided.default", "m::scale.out"]
+        );
+        let kw = |k: &str| PlanArg::FromKwarg {
+            node: af,
+            key: k.into(),
+        };
+        let Some(Edit::Insert { args, kwargs, .. }) = p.edits.first() else {
+            panic!("the buffer");
+        };
+        assert_eq!(args[..], [kw("_x_size"), kw("_x_stride")]);
+        assert_eq!(
+            kwargs[..],
+            [
+                ("dtype".to_string(), kw("_x_dtype")),
+                ("device".to_string(), kw("_x_device"))
+            ]
+        );
+        assert_eq!(
+            call_args(&p, "m::scale.out", &g),
+            [PlanArg::Ref(ValueRef::New(NewId(0))), kw("s")]
+        );
+        assert_eq!(erased(&p), [af]);
+    }
+}

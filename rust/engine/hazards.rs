@@ -189,3 +189,96 @@ impl Context<'_> {
         Ok(set)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{add, add_, n, neg, B};
+    use crate::plan::Action;
+
+    #[test]
+    fn a_later_pure_reader_of_the_old_value_moves_ahead_of_the_call() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let r = b.call("r", &add(), vec![n(t), n(t)]);
+        let g = b.output(&[r, nt]);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Reinplaced);
+        assert_eq!(d.moved, ["r"]);
+        assert!(p.edits.contains(&Edit::Move {
+            node: r,
+            before: af
+        }));
+    }
+
+    #[test]
+    fn a_reader_that_also_needs_the_new_value_forces_a_clone() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let r = b.call("r", &add(), vec![n(t), n(nt)]);
+        let g = b.output(&[r]);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Cloned);
+        assert!(d.moved.is_empty());
+        assert_eq!(d.clones.len(), 1);
+        assert_eq!(d.clones[0].reader.as_deref(), Some("r"));
+        assert!(!p.edits.iter().any(|e| matches!(e, Edit::Move { .. })));
+    }
+
+    /// `t[2:4]` read after a call that writes `t[0:end]`.
+    fn read_after_slice_write(end: i64) -> Plan {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let v = b.slice("v", t, 0, 2, 4);
+        let af = b.scale_slice_v2("af", t, 0, end);
+        let nt = b.getitem("nt", af, 1);
+        let r = b.call("r", &neg(), vec![n(v)]);
+        plan_of(&b.output(&[r, nt]))
+    }
+
+    #[test]
+    fn a_reader_of_a_part_the_call_does_not_write_is_no_hazard() {
+        let p = read_after_slice_write(2);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Reinplaced);
+        assert!(d.moved.is_empty(), "{:?}", d.moved);
+        // Overlapping the written rows, the same reader must move.
+        let p = read_after_slice_write(3);
+        assert_eq!(only_decision(&p).moved, ["r"]);
+    }
+
+    #[test]
+    fn only_pure_deterministic_operator_calls_and_getitems_can_move() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let s = b.slice("s", t, 0, 0, 2);
+        let w = b.call("w", &add_(), vec![n(t), n(x)]);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[s, w, nt]);
+        let cx = Context::new(&g);
+        assert!(cx.movable(t) && cx.movable(s));
+        assert!(!cx.movable(x), "an input");
+        assert!(!cx.movable(w), "an in-place operator");
+        assert!(
+            !cx.movable(af) && !cx.movable(nt),
+            "the call and its results"
+        );
+        // A reader's closure stops at what is already before the call, and
+        // fails on the call's own results.
+        let mut set = BTreeSet::new();
+        assert!(cx.closure(t, af, &mut set) && set.is_empty());
+        assert!(!cx.closure(nt, af, &mut set));
+    }
+}

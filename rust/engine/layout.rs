@@ -171,7 +171,7 @@ impl Context<'_> {
         };
         let mut args = Vec::new();
         for a in &node.args[1..] {
-            args.push(self.plan_arg(a).ok_or_else(|| format!("argument {a:?}"))?);
+            args.push(self.plan_arg(a).ok_or_else(|| format!("argument {a}"))?);
         }
         let kwargs = node
             .kwargs

@@ -402,3 +402,111 @@ impl<'g> Context<'g> {
         }
     }
 }
+
+/// Tests of the walk itself, and helpers the concern files' tests share to
+/// read a plan.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{n, neg, B};
+    use crate::ir::Value;
+    use crate::plan::NodeReport;
+
+    /// The plan of `g`, which must be a valid graph.
+    pub(super) fn plan_of(g: &Graph) -> Plan {
+        plan(g).unwrap()
+    }
+
+    /// The decision on the only auto_functionalized node of the plan.
+    pub(super) fn only_decision(p: &Plan) -> &NodeReport {
+        assert_eq!(p.report.decisions.len(), 1, "{:#?}", p.report.decisions);
+        &p.report.decisions[0]
+    }
+
+    /// The callee of every inserted node, in order, by name.
+    pub(super) fn inserted(g: &Graph, p: &Plan) -> Vec<String> {
+        p.edits
+            .iter()
+            .filter_map(|e| match e {
+                Edit::Insert { callee, .. } => Some(match callee {
+                    Callee::Target(t) => g.targets[t.idx()].name.clone(),
+                    Callee::Aten(s) | Callee::Operator(s) => (*s).to_string(),
+                    Callee::Getitem => "getitem".into(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The nodes the plan erases, in order.
+    pub(super) fn erased(p: &Plan) -> Vec<NodeId> {
+        p.edits
+            .iter()
+            .filter_map(|e| match e {
+                Edit::Erase { node } => Some(*node),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_node_its_form_cannot_read_is_left_with_the_reason_and_no_edit() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.af(
+            "af",
+            true,
+            &crate::analysis::test_graph::scale_(),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_base_index", Value::Int(0)),
+                ("_x_new_info", Value::Int(1)),
+                ("_all_bases", Value::List(vec![n(t)])),
+            ],
+        );
+        let g = b.output(&[af]);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Left);
+        assert_eq!(
+            (d.node.as_str(), d.rule, d.form),
+            ("af", "reinplace_v2", "v2")
+        );
+        assert_eq!(d.op, "m::scale_.default");
+        assert!(d.reason.as_deref().unwrap().contains("newer torch"));
+        assert!(p.edits.is_empty());
+    }
+
+    #[test]
+    fn a_result_of_a_planned_call_is_its_buffer_at_a_newer_version() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let before = b.call("before", &neg(), vec![n(t)]);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[before, nt]);
+        let mut cx = Context::new(&g);
+        cx.run();
+        assert_eq!(cx.find(nt), cx.find(t));
+        assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
+        assert_eq!(cx.geometry(nt), cx.geometry(t));
+        // The call's own slot is not a value: only its getitems are bound.
+        assert_ne!(cx.find(af), cx.find(t));
+    }
+
+    #[test]
+    fn a_result_bound_to_a_clone_is_not_the_buffer() {
+        // `x` is an input the graph never writes back: the call gets a clone.
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let g = b.output(&[nx]);
+        let mut cx = Context::new(&g);
+        cx.run();
+        assert_ne!(cx.find(nx), cx.find(x));
+        assert_eq!(cx.same_layout.get(&nx), Some(&x));
+    }
+}

@@ -372,3 +372,117 @@ impl Context<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{add_, n, neg, rms, B};
+    use crate::ir::Value;
+    use crate::plan::Action;
+
+    /// The one clone note of the plan of `g`.
+    fn clone_reason(g: &Graph) -> String {
+        let p = plan_of(g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Cloned);
+        assert_eq!(d.clones.len(), 1);
+        d.clones[0].reason.clone()
+    }
+
+    #[test]
+    fn an_input_the_graph_never_writes_back_is_cloned() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let reason = clone_reason(&b.output(&[nx]));
+        assert!(
+            reason.starts_with("graph input `x` is not written back by the graph"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_read_argument_sharing_the_written_memory_is_cloned_against() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.af(
+            "af",
+            true,
+            &rms(),
+            vec![
+                ("x", n(t)),
+                ("_out_base_index", Value::Int(0)),
+                ("_all_bases", Value::List(vec![n(t)])),
+            ],
+        );
+        let nt = b.getitem("nt", af, 1);
+        let reason = clone_reason(&b.output(&[nt]));
+        assert_eq!(reason, "read argument `t` shares memory with it");
+    }
+
+    #[test]
+    fn a_buffer_another_inplace_operator_writes_is_cloned() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let w = b.call("w", &add_(), vec![n(t), n(x)]);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let reason = clone_reason(&b.output(&[w, nt]));
+        assert_eq!(
+            reason,
+            "the buffer is also written by another in-place operator"
+        );
+    }
+
+    #[test]
+    fn a_direct_use_of_the_call_leaves_it() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_v2("af", t);
+        let r = b.call("r", &neg(), vec![n(af)]);
+        let p = plan_of(&b.output(&[r]));
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Left);
+        assert_eq!(
+            d.reason.as_deref(),
+            Some("node `r` uses the auto_functionalized result directly")
+        );
+    }
+
+    #[test]
+    fn a_write_of_no_element_needs_no_clone_even_into_an_input() {
+        let plan_for = |start, end| {
+            let mut b = B::new();
+            let x = b.input("x");
+            let af = b.scale_slice_v2("af", x, start, end);
+            let nx = b.getitem("nx", af, 1);
+            plan_of(&b.output(&[nx]))
+        };
+        let p = plan_for(2, 2);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        let p = plan_for(0, 2);
+        assert_eq!(only_decision(&p).action, Action::Cloned);
+    }
+
+    #[test]
+    fn the_results_of_a_buffer_are_its_getitems() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.scale_v2("af", t);
+        let ret = b.getitem("ret", af, 0);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[ret, nt]);
+        let cx = Context::new(&g);
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
+            panic!("a v2 mutation call");
+        };
+        assert_eq!(cx.result_nodes(&call, 0), [nt]);
+        assert!(cx.check_users(&call).is_ok());
+    }
+}

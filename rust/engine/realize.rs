@@ -78,3 +78,70 @@ impl Context<'_> {
             && matches!(self.roles[n.idx()], Role::Fresh | Role::Scatter { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{add, n, neg, B};
+    use crate::plan::{Action, Plan};
+
+    fn realized(p: &Plan) -> Vec<NodeId> {
+        p.edits
+            .iter()
+            .filter_map(|e| match e {
+                Edit::Realize { node } => Some(*node),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn readers_before_an_inplace_write_are_computed_where_they_stand() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let r = b.call("r", &add(), vec![n(t), n(t)]);
+        let v = b.slice("v", t, 0, 0, 2);
+        let r2 = b.call("r2", &neg(), vec![n(v)]);
+        let w = b.call("w", &neg(), vec![n(x)]);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[r, r2, w, nt]);
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        // Not `v` (a view is not computed), not `w` or `t` (they read `x`,
+        // which nothing writes).
+        assert_eq!(realized(&p), [r, r2]);
+        assert_eq!(p.report.realized, 2);
+    }
+
+    #[test]
+    fn nothing_is_realized_when_no_call_writes_in_place() {
+        // `x` is never written back: the call writes a clone.
+        let mut b = B::new();
+        let x = b.input("x");
+        let r = b.call("r", &neg(), vec![n(x)]);
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let p = plan_of(&b.output(&[r, nx]));
+        assert_eq!(only_decision(&p).action, Action::Cloned);
+        assert!(realized(&p).is_empty());
+    }
+
+    #[test]
+    fn only_operator_calls_with_fresh_results_are_computed_by_inductor() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let v = b.slice("v", t, 0, 0, 2);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[v, nt]);
+        let cx = Context::new(&g);
+        assert!(cx.computed_by_inductor(t));
+        for other in [x, v, af, nt] {
+            assert!(!cx.computed_by_inductor(other), "{other:?}");
+        }
+    }
+}

@@ -144,3 +144,96 @@ pub(super) fn structural_root(roles: &[Role], n: NodeId) -> NodeId {
     }
     cur
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{expand, ints, meta, n, neg, B};
+    use crate::ir::Graph;
+
+    fn walked(g: &Graph) -> Context<'_> {
+        let mut cx = Context::new(g);
+        cx.run();
+        cx
+    }
+
+    #[test]
+    fn a_view_shares_its_source_class_and_a_fresh_result_does_not() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let s = b.slice("s", t, 0, 0, 2);
+        let u = b.fresh("u", x);
+        let xv = b.slice("xv", x, 1, 0, 4);
+        let g = b.output(&[s, u, xv]);
+        let mut cx = walked(&g);
+        assert_eq!(cx.find(s), cx.find(t));
+        assert_ne!(cx.find(u), cx.find(t));
+        assert_ne!(cx.find(t), cx.find(x));
+        // The class of a view of an input knows the input.
+        let r = cx.find(xv);
+        assert_eq!(cx.inputs[r], [x]);
+        let rt = cx.find(t);
+        assert!(cx.inputs[rt].is_empty());
+    }
+
+    #[test]
+    fn nodes_with_one_storage_key_share_a_class_without_a_view_link() {
+        let keyed = |k| {
+            Some(crate::ir::TensorMeta {
+                storage: Some(k),
+                ..meta(&[4, 8])
+            })
+        };
+        let mut b = B::new();
+        let x = b.input("x");
+        let a = b.call_meta("a", &neg(), vec![n(x)], keyed(7));
+        let c = b.call_meta("c", &neg(), vec![n(x)], keyed(7));
+        let d = b.call_meta("d", &neg(), vec![n(x)], keyed(8));
+        let g = b.output(&[a, c, d]);
+        let mut cx = walked(&g);
+        assert_eq!(cx.find(a), cx.find(c));
+        assert_ne!(cx.find(a), cx.find(d));
+    }
+
+    #[test]
+    fn geometry_composes_the_steps_from_the_root() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let s = b.slice("s", t, 0, 0, 2);
+        let s2 = b.slice("s2", s, 1, 4, 8);
+        let g = b.output(&[s2]);
+        let cx = walked(&g);
+        let slice = |dim, start, end| ViewStep::Slice {
+            dim,
+            start,
+            end,
+            step: 1,
+        };
+        let geom = cx.geometry(s2);
+        assert_eq!(geom.root, t);
+        assert_eq!(geom.steps, [slice(0, 0, 2), slice(1, 4, 8)]);
+        assert!(cx.geometry(t).steps.is_empty());
+        assert_eq!(structural_root(&cx.roles, s2), t);
+        // Before the walk reaches a view, its geometry comes from the chain
+        // of view nodes back to a node already placed.
+        let fresh = Context::new(&g);
+        assert_eq!(fresh.view_geometry(s2, fresh.pos[t.idx()]).steps.len(), 2);
+    }
+
+    #[test]
+    fn an_expanded_view_and_views_of_it_may_overlap() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let s = b.slice("s", t, 0, 0, 1);
+        let e = b.call("e", &expand(), vec![n(s), ints(&[4, 8])]);
+        let es = b.slice("es", e, 0, 0, 2);
+        let g = b.output(&[es]);
+        let cx = walked(&g);
+        assert!(!cx.overlapping_view(s));
+        assert!(cx.overlapping_view(e));
+        assert!(cx.overlapping_view(es));
+    }
+}

@@ -227,3 +227,92 @@ impl Context<'_> {
         self.ver[copy.idx()] = e;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{erased, only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{copy_, meta, n, neg, scale_, slice, slice_scatter, B};
+    use crate::ir::Value;
+    use crate::plan::Action;
+
+    #[test]
+    fn an_input_written_back_is_written_in_place_and_its_copy_goes() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let c = b.call("c", &copy_(), vec![n(x), n(nx)]);
+        let g = b.output(&[]);
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        assert_eq!(p.report.writebacks_removed, 1);
+        assert!(erased(&p).contains(&c));
+    }
+
+    /// `t[0:2]` written by a v1 call, then scattered back into `t[start:2+start]`.
+    fn scatter_back(start: i64) -> (crate::ir::Graph, NodeId, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let int = Value::Int;
+        let rows = vec![n(t), int(0), int(0), int(2), int(1)];
+        let s = b.call_meta("s", &slice(), rows, Some(meta(&[2, 8])));
+        let af = b.af(
+            "af",
+            false,
+            &scale_(),
+            vec![("x", n(s)), ("s", Value::Float(2.0))],
+        );
+        let ns = b.getitem("ns", af, 1);
+        let sc = b.call(
+            "sc",
+            &slice_scatter(),
+            vec![n(t), n(ns), int(0), int(start), int(start + 2), int(1)],
+        );
+        let r = b.call("r", &neg(), vec![n(sc)]);
+        (b.output(&[r]), t, sc)
+    }
+
+    #[test]
+    fn a_v1_scatter_of_the_written_view_back_into_its_base_is_removed() {
+        let (g, t, sc) = scatter_back(0);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!((d.action, d.scatters_removed), (Action::Reinplaced, 1));
+        assert!(p.edits.contains(&Edit::Replace {
+            node: sc,
+            with: ValueRef::Old(t)
+        }));
+        assert!(erased(&p).contains(&sc));
+    }
+
+    #[test]
+    fn a_scatter_into_another_range_is_a_real_write_and_stays() {
+        let (g, _, sc) = scatter_back(2);
+        let p = plan_of(&g);
+        // It reads the old base after the call and needs the new value: the
+        // written slice is cloned instead.
+        let d = only_decision(&p);
+        assert_eq!((d.action, d.scatters_removed), (Action::Cloned, 0));
+        assert!(!erased(&p).contains(&sc));
+    }
+
+    #[test]
+    fn a_view_anchor_is_the_first_node_of_its_view_chain_already_placed() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let s = b.slice("s", t, 0, 0, 2);
+        let s2 = b.slice("s2", s, 1, 0, 4);
+        let r = b.call("r", &neg(), vec![n(s2)]);
+        let g = b.output(&[r]);
+        let cx = Context::new(&g);
+        let at = |node: NodeId| cx.pos[node.idx()];
+        assert_eq!(cx.view_anchor(s2, at(t)), Some(t));
+        assert_eq!(cx.view_anchor(s2, at(s)), Some(s));
+        assert_eq!(cx.view_anchor(s2, at(s2)), Some(s2));
+        // Not a view: no anchor behind it.
+        assert_eq!(cx.view_anchor(r, at(t)), None);
+    }
+}

@@ -106,7 +106,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                         }
                         other => {
                             return Err(format!(
-                                "unexpected element {other:?} in written list '{}'",
+                                "unexpected element {other} in written list '{}'",
                                 a.name
                             ))
                         }
@@ -117,7 +117,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             }
             (_, other) => {
                 return Err(format!(
-                    "unexpected value {other:?} for written argument '{}'",
+                    "unexpected value {other} for written argument '{}'",
                     a.name
                 ))
             }
@@ -191,5 +191,28 @@ mod tests {
             (USER_ALIASED_READS, aliased),
         ]);
         assert_eq!(parse(&g, af).unwrap().user_aliased_reads, ["s"]);
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::super::test_graph::{af_graph, scale_op};
+    use super::*;
+    use crate::ir::schema::OpTags;
+
+    #[test]
+    fn unexpected_values_read_as_values_not_debug_output() {
+        let (g, af) = af_graph(
+            TargetKind::AutoFunctionalized,
+            scale_op("m::scale_.default", OpTags::default()),
+            vec![
+                ("x", Value::List(vec![Value::Node(NodeId(0))])),
+                ("s", Value::Float(2.0)),
+            ],
+        );
+        assert_eq!(
+            parse(&g, af).unwrap_err(),
+            "unexpected value [node 0] for written argument 'x'"
+        );
     }
 }

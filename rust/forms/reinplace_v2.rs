@@ -39,7 +39,7 @@ fn read_view(
         Some(Value::Int(i)) => usize::try_from(*i).map_err(|_| format!("negative {base_key}"))?,
         Some(Value::None) => return Ok(None),
         None => return Err(format!("missing {base_key}")),
-        Some(other) => return Err(format!("unexpected {base_key} = {other:?}")),
+        Some(other) => return Err(format!("unexpected {base_key} = {other}")),
     };
     let has = |s: &str| n.kwarg(&key(s)).is_some();
     let view = if has("alias") {
@@ -90,7 +90,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             .map(|v| match v {
                 Value::Node(b) => Ok(Some(*b)),
                 Value::None => Ok(None),
-                other => Err(format!("unexpected _all_bases element {other:?}")),
+                other => Err(format!("unexpected _all_bases element {other}")),
             })
             .collect::<Result<_, _>>()?,
         _ => return Err("missing _all_bases".into()),
@@ -266,5 +266,37 @@ mod tests {
         assert!(parse(&g, af).unwrap_err().contains("newer torch"));
         let (g, af) = node(vec![("_x_base_index", Value::Int(5))]);
         assert!(parse(&g, af).unwrap_err().contains("out of range"));
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::super::test_graph::{af_graph, scale_op, x};
+    use super::*;
+    use crate::ir::schema::OpTags;
+
+    fn reason(kwargs: Vec<(&str, Value)>) -> String {
+        let (g, af) = af_graph(
+            TargetKind::AutoFunctionalizedV2,
+            scale_op("m::scale_.default", OpTags::default()),
+            kwargs,
+        );
+        parse(&g, af).unwrap_err()
+    }
+
+    #[test]
+    fn unexpected_values_read_as_values_not_debug_output() {
+        let r = reason(vec![
+            ("s", Value::Float(2.0)),
+            ("_x_base_index", x()),
+            ("_all_bases", Value::List(vec![x()])),
+        ]);
+        assert_eq!(r, "unexpected _x_base_index = node 0");
+        let r = reason(vec![
+            ("s", Value::Float(2.0)),
+            ("_x_base_index", Value::Int(0)),
+            ("_all_bases", Value::List(vec![Value::Str("b".into())])),
+        ]);
+        assert_eq!(r, "unexpected _all_bases element 'b'");
     }
 }

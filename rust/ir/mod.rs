@@ -11,6 +11,7 @@
 //! The invariants above are checked once, by [`validate::validate`], on every
 //! graph that comes from outside (Python or a file); the engine relies on them.
 
+mod display;
 pub mod io;
 pub mod schema;
 pub mod show;

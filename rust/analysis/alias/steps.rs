@@ -1,0 +1,366 @@
+//! View steps: the canonical form of one view operator applied to a tensor,
+//! read from the operator's name and arguments.
+//!
+//! Negative dims and indices are resolved with tensor metadata where it is
+//! present; a step that cannot be resolved becomes `ViewStep::Opaque`, equal
+//! only to itself, so a missing size makes the engine prove less, never
+//! something wrong.
+
+use crate::ir::{Graph, NodeId, OpSchema, Value};
+
+/// One primitive step from a tensor to a view of it, in canonical form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ViewStep {
+    /// `slice(dim, start, end, step)` with non-negative dim/start and an end
+    /// that is `i64::MAX` only when the size is unknown.
+    Slice {
+        /// Dimension.
+        dim: i64,
+        /// First index.
+        start: i64,
+        /// One past the last index.
+        end: i64,
+        /// Stride in elements.
+        step: i64,
+    },
+    /// `select(dim, index)` with non-negative dim and index.
+    Select {
+        /// Dimension.
+        dim: i64,
+        /// Index.
+        index: i64,
+    },
+    /// `as_strided(size, stride, storage_offset)`: absolute on the storage.
+    AsStrided {
+        /// Sizes.
+        size: Vec<i64>,
+        /// Strides.
+        stride: Vec<i64>,
+        /// Storage offset.
+        offset: i64,
+    },
+    /// `view` / `reshape` to `shape`, proven a view (the result shares its
+    /// source's storage in the traced program). Views of one memory reshaped
+    /// to one shape address the same elements: reshape follows row-major
+    /// element order.
+    Reshape {
+        /// The new sizes.
+        shape: Vec<Dim>,
+    },
+    /// `unsqueeze(dim)`, dim normalised.
+    Unsqueeze {
+        /// The new size-1 dimension.
+        dim: i64,
+    },
+    /// `squeeze(dim)` of a size-1 dimension, dim normalised.
+    Squeeze {
+        /// The dimension removed.
+        dim: i64,
+    },
+    /// A view the engine does not model; equal only to itself.
+    Opaque(NodeId),
+}
+
+/// One size in a [`ViewStep::Reshape`]: a number, or the SymInt a node holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A static size.
+    Int(i64),
+    /// A symbolic size: the value of this node.
+    Sym(NodeId),
+}
+
+fn meta_rank(graph: &Graph, n: NodeId) -> Option<i64> {
+    graph.node(n).meta.as_ref().map(|m| i64::from(m.rank))
+}
+
+fn meta_size(graph: &Graph, n: NodeId, dim: i64) -> Option<i64> {
+    let shape = graph.node(n).meta.as_ref()?.shape.as_ref()?;
+    shape.get(usize::try_from(dim).ok()?).copied()
+}
+
+fn norm_dim(graph: &Graph, src: NodeId, dim: i64) -> Option<i64> {
+    if dim >= 0 {
+        return Some(dim);
+    }
+    let r = meta_rank(graph, src)?;
+    (dim + r >= 0).then_some(dim + r)
+}
+
+/// Canonical slice step, or `None` when it is the identity. Falls back to an
+/// opaque step when a negative index cannot be resolved without sizes.
+pub(super) fn slice_step(
+    graph: &Graph,
+    node: NodeId,
+    src: NodeId,
+    dim: i64,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Option<ViewStep> {
+    let opaque = Some(ViewStep::Opaque(node));
+    let Some(dim) = norm_dim(graph, src, dim) else {
+        return opaque;
+    };
+    let size = meta_size(graph, src, dim);
+    let resolve = |v: i64| -> Option<i64> {
+        if v >= 0 {
+            Some(size.map_or(v, |s| v.min(s)))
+        } else {
+            size.map(|s| (v + s).max(0))
+        }
+    };
+    let Some(start) = resolve(start.unwrap_or(0)) else {
+        return opaque;
+    };
+    let Some(end) = resolve(end.unwrap_or(i64::MAX)) else {
+        return opaque;
+    };
+    let identity = start == 0 && step == 1 && size.map_or(end == i64::MAX, |s| end >= s);
+    if identity {
+        return None;
+    }
+    Some(ViewStep::Slice {
+        dim,
+        start,
+        end,
+        step,
+    })
+}
+
+pub(super) fn select_step(
+    graph: &Graph,
+    node: NodeId,
+    src: NodeId,
+    dim: i64,
+    index: i64,
+) -> ViewStep {
+    let Some(dim) = norm_dim(graph, src, dim) else {
+        return ViewStep::Opaque(node);
+    };
+    if index >= 0 {
+        return ViewStep::Select { dim, index };
+    }
+    match meta_size(graph, src, dim) {
+        Some(s) if index + s >= 0 => ViewStep::Select {
+            dim,
+            index: index + s,
+        },
+        _ => ViewStep::Opaque(node),
+    }
+}
+
+pub(super) fn arg(node: &crate::ir::Node, schema: &OpSchema, i: usize) -> Option<Value> {
+    if let Some(v) = node.args.get(i) {
+        return Some(v.clone());
+    }
+    let name = &schema.args.get(i)?.name;
+    node.kwarg(name).cloned()
+}
+
+pub(super) fn opt_int(v: Option<Value>) -> Option<Option<i64>> {
+    match v {
+        None | Some(Value::None) => Some(None),
+        Some(Value::Int(i)) => Some(Some(i)),
+        _ => None,
+    }
+}
+
+/// The step of a view operator applied by `node` to `src`, from its name and
+/// arguments: `None` for an identity view, and whether the view may map two
+/// indices to one element.
+pub(super) fn view_step(
+    graph: &Graph,
+    node_id: NodeId,
+    src: NodeId,
+    name: &str,
+    schema: &OpSchema,
+) -> (Option<ViewStep>, bool) {
+    let node = graph.node(node_id);
+    let opaque = (Some(ViewStep::Opaque(node_id)), false);
+    match name {
+        "aten::alias.default" | "aten::detach.default" | "aten::lift_fresh.default" => {
+            (None, false)
+        }
+        "aten::slice.Tensor" => {
+            let dim = opt_int(arg(node, schema, 1)).flatten().unwrap_or(0);
+            let (Some(start), Some(end)) =
+                (opt_int(arg(node, schema, 2)), opt_int(arg(node, schema, 3)))
+            else {
+                return opaque;
+            };
+            let step = opt_int(arg(node, schema, 4)).flatten().unwrap_or(1);
+            if step < 1 {
+                return opaque;
+            }
+            (
+                slice_step(graph, node_id, src, dim, start, end, step),
+                false,
+            )
+        }
+        "aten::select.int" => {
+            let (Some(Some(dim)), Some(Some(index))) =
+                (opt_int(arg(node, schema, 1)), opt_int(arg(node, schema, 2)))
+            else {
+                return opaque;
+            };
+            (Some(select_step(graph, node_id, src, dim, index)), false)
+        }
+        "aten::as_strided.default" => {
+            let size = arg(node, schema, 1).and_then(|v| v.as_int_list());
+            let stride = arg(node, schema, 2).and_then(|v| v.as_int_list());
+            let offset = opt_int(arg(node, schema, 3)).flatten();
+            match (size, stride, offset) {
+                (Some(size), Some(stride), Some(offset)) => {
+                    let overlapping = size.iter().zip(&stride).any(|(&s, &st)| st == 0 && s > 1);
+                    (
+                        Some(ViewStep::AsStrided {
+                            size,
+                            stride,
+                            offset,
+                        }),
+                        overlapping,
+                    )
+                }
+                _ => opaque,
+            }
+        }
+        "aten::view.default" | "aten::reshape.default" | "aten::_unsafe_view.default" => {
+            let same_shape = match (
+                arg(node, schema, 1).and_then(|v| v.as_int_list()),
+                graph.node(src).meta.as_ref(),
+            ) {
+                (Some(shape), Some(m)) => m.shape.as_ref() == Some(&shape),
+                _ => false,
+            };
+            if same_shape {
+                (None, false)
+            } else {
+                match reshape_step(graph, node_id, src, arg(node, schema, 1)) {
+                    Some(step) => (Some(step), false),
+                    None => opaque,
+                }
+            }
+        }
+        "aten::unsqueeze.default" => {
+            let Some(Some(dim)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
+            let dim = if dim >= 0 {
+                Some(dim)
+            } else {
+                meta_rank(graph, src)
+                    .map(|r| dim + r + 1)
+                    .filter(|d| *d >= 0)
+            };
+            match dim {
+                Some(dim) => (Some(ViewStep::Unsqueeze { dim }), false),
+                None => opaque,
+            }
+        }
+        "aten::squeeze.dim" => {
+            let Some(Some(dim)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
+            match norm_dim(graph, src, dim) {
+                // Squeezing a dimension that is not of size 1 is the identity.
+                Some(d) if meta_size(graph, src, d).is_some_and(|s| s != 1) => (None, false),
+                // Of size 1, or unknown: either way the same step on the same
+                // memory gives the same elements, and after `unsqueeze(d)` the
+                // size is 1 (see `Geometry::then`).
+                Some(d) => (Some(ViewStep::Squeeze { dim: d }), false),
+                None => opaque,
+            }
+        }
+        "aten::expand.default"
+        | "aten::expand_as.default"
+        | "aten::broadcast_to.default"
+        | "aten::unfold.default" => (Some(ViewStep::Opaque(node_id)), true),
+        _ => opaque,
+    }
+}
+
+/// The step of `reshape(src, shape)`, when the traced program proves it a
+/// view: the result shares `src`'s storage. A reshape that had to copy gets
+/// no step (it is then opaque, never a modelled view).
+fn reshape_step(
+    graph: &Graph,
+    node: NodeId,
+    src: NodeId,
+    shape: Option<Value>,
+) -> Option<ViewStep> {
+    let storage = |n: NodeId| graph.node(n).meta.as_ref().and_then(|m| m.storage);
+    if storage(node)? != storage(src)? {
+        return None;
+    }
+    let dims = match shape? {
+        Value::List(items) | Value::Tuple(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) if *i >= 0 => Some(Dim::Int(*i)),
+                Value::Node(n) => Some(Dim::Sym(*n)),
+                _ => None,
+            })
+            .collect::<Option<Vec<Dim>>>()?,
+        _ => return None,
+    };
+    Some(ViewStep::Reshape { shape: dims })
+}
+
+/// The step selecting item `item` of a list-returning view (`split`,
+/// `split_with_sizes`, `unbind`, `chunk`) applied by `list_node`.
+pub(super) fn list_item_step(
+    graph: &Graph,
+    getitem: NodeId,
+    list_node: NodeId,
+    item: usize,
+    name: &str,
+    schema: &OpSchema,
+) -> Option<ViewStep> {
+    let node = graph.node(list_node);
+    let src = arg(node, schema, 0)?.as_node()?;
+    let opaque = Some(ViewStep::Opaque(getitem));
+    let item = i64::try_from(item).ok()?;
+    match name {
+        "aten::split_with_sizes.default" => {
+            let Some(sizes) = arg(node, schema, 1).and_then(|v| v.as_int_list()) else {
+                return opaque;
+            };
+            let dim = opt_int(arg(node, schema, 2)).flatten().unwrap_or(0);
+            let idx = usize::try_from(item).ok()?;
+            if idx >= sizes.len() {
+                return opaque;
+            }
+            let start: i64 = sizes[..idx].iter().sum();
+            slice_step(
+                graph,
+                getitem,
+                src,
+                dim,
+                Some(start),
+                Some(start + sizes[idx]),
+                1,
+            )
+        }
+        "aten::split.Tensor" => {
+            let Some(Some(size)) = opt_int(arg(node, schema, 1)) else {
+                return opaque;
+            };
+            let dim = opt_int(arg(node, schema, 2)).flatten().unwrap_or(0);
+            slice_step(
+                graph,
+                getitem,
+                src,
+                dim,
+                Some(item * size),
+                Some((item + 1) * size),
+                1,
+            )
+        }
+        "aten::unbind.int" => {
+            let dim = opt_int(arg(node, schema, 1)).flatten().unwrap_or(0);
+            Some(select_step(graph, getitem, src, dim, item))
+        }
+        _ => opaque,
+    }
+}
