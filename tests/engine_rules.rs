@@ -1839,6 +1839,55 @@ fn write_back_of_the_inputs_own_old_value_is_cloned() {
     }
 }
 
+/// An in-place call already in the graph (what a first round emits) that
+/// writes a graph input and another, unrelated buffer does not make the two
+/// share memory: the input's `copy_` write-back from that other buffer is a
+/// plain copy between distinct memory and needs no temporary. (It once
+/// got a `clone` + `copy_` on every round: the second plan of an applied
+/// plan was not empty.) When the other buffer is a view of the input, the
+/// two do share memory and the copy still goes through a temporary.
+#[test]
+fn in_place_call_writing_an_input_and_a_buffer_keeps_them_apart() {
+    for view_of_input in [false, true] {
+        let mut b = B::new();
+        let w = b.input("w", Some(meta(&[8])));
+        let x = b.input("x", Some(meta(&[4, 8])));
+        let buf = if view_of_input {
+            b.call_meta(
+                &as_strided_op(),
+                vec![n(x), ints(&[4, 8]), ints(&[8, 1]), Value::Int(0)],
+                Some(meta(&[4, 8])),
+            )
+        } else {
+            b.empty(&[4, 8])
+        };
+        b.call(&rot_op(), vec![n(buf), n(x), n(w)]);
+        let tmp = b.call_meta(&mul_op(), vec![n(buf), n(buf)], Some(meta(&[4, 8])));
+        let src = if view_of_input {
+            // x's elements in another order.
+            b.call_meta(
+                &as_strided_op(),
+                vec![n(x), ints(&[4, 8]), ints(&[1, 4]), Value::Int(0)],
+                Some(TensorMeta {
+                    stride: Some(vec![1, 4]),
+                    ..meta(&[4, 8])
+                }),
+            )
+        } else {
+            buf
+        };
+        b.call(&copy_op(), vec![n(x), n(src)]);
+        let g = b.output(&[tmp]);
+        let p = planned(&g);
+        let what = format!("view_of_input={view_of_input}\n{}", dump(&g, &p));
+        if view_of_input {
+            assert_eq!(inserted_aten(&p, "aten::clone.default"), 1, "{what}");
+        } else {
+            assert!(p.edits.is_empty(), "{what}");
+        }
+    }
+}
+
 mod props {
     use super::random::{build, step};
     use super::*;

@@ -609,8 +609,14 @@ pub struct Outcome {
 
 fn setup_inputs(mem: &mut Mem, g: &Graph) -> HashMap<ValueRef, V> {
     let mut env = HashMap::new();
+    // Values by the input's place among the placeholders, not by node
+    // index: a graph and its rewrite (nodes inserted before a later
+    // placeholder) get the same inputs.
+    let mut ordinal: i64 = 0;
     for (i, node) in g.nodes.iter().enumerate() {
         if node.op == OpCode::Placeholder {
+            let k = ordinal;
+            ordinal += 1;
             let shape = node
                 .meta
                 .as_ref()
@@ -628,7 +634,7 @@ fn setup_inputs(mem: &mut Mem, g: &Graph) -> HashMap<ValueRef, V> {
                     .map(|(s, st)| (s - 1).max(0) * st)
                     .sum::<i64>()
                 + 1;
-            let vals = (0..len).map(|j| (i as i64) * 100 + j * 3 + 1).collect();
+            let vals = (0..len).map(|j| k * 100 + j * 3 + 1).collect();
             let mut t = mem.fresh(&shape, vals);
             t.stride = stride;
             t.off = off;
