@@ -596,6 +596,16 @@ fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) 
             out.extend(new_bases);
             Ok(V::Seq(out))
         }
+        // SymInt arithmetic (`operator.add(s, 0)` ...).
+        (_, TargetKind::Other) => match (t.name.as_str(), args.as_slice()) {
+            ("_operator.add", [V::Int(x), V::Int(y)]) => Ok(V::Int(x + y)),
+            ("_operator.sub", [V::Int(x), V::Int(y)]) => Ok(V::Int(x - y)),
+            ("_operator.mul", [V::Int(x), V::Int(y)]) => Ok(V::Int(x * y)),
+            ("_operator.floordiv", [V::Int(x), V::Int(y)]) if *y > 0 => {
+                Ok(V::Int(x.div_euclid(*y)))
+            }
+            _ => Err(format!("cannot run {}", node.name)),
+        },
         _ => Err(format!("cannot run {}", node.name)),
     }
 }
