@@ -1485,6 +1485,74 @@ fn write_into_an_empty_slice_needs_no_clone() {
     }
 }
 
+/// The v2 form under `torch.compile(dynamic=True)` cuts an empty slice
+/// `kv[:, k:k]` with SymInt bounds: the start a SymInt node, the end that
+/// node plus 0 (or the very same node). Equal bounds make the view empty
+/// whatever their value: no clone. Bounds that merely may be equal (two
+/// SymInt nodes, or the start plus 1) still clone.
+#[test]
+fn write_into_a_slice_with_equal_symbolic_bounds_needs_no_clone() {
+    let sym_size = op(
+        "aten::sym_size.int",
+        vec![arg("self", Tensor, ""), arg("dim", Other, "")],
+        vec![ret(Other, "")],
+    );
+    for (end_kind, empty) in [
+        ("plus_zero", true),
+        ("same", true),
+        ("zero_plus", true),
+        ("minus_zero", true),
+        ("other", false),
+        ("plus_one", false),
+    ] {
+        let mut b = B::new();
+        let a = b.input("a", Some(meta(&[4, 8])));
+        let m = b.input("m", Some(meta(&[8, 8])));
+        let x = b.input("x", Some(meta(&[4, 0])));
+        let w = b.input("w", Some(meta(&[0])));
+        let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+        // start = 4 at run time (the size of dim 0).
+        let start = b.call(&sym_size, vec![n(mm), Value::Int(0)]);
+        let arith = |b: &mut B, name: &str, args: Vec<Value>| {
+            let t = b.target(&format!("_operator.{name}"), TargetKind::Other, None);
+            b.push(OpCode::CallFunction, name, t, args, vec![], None)
+        };
+        let end = match end_kind {
+            "plus_zero" => arith(&mut b, "add", vec![n(start), Value::Int(0)]),
+            "zero_plus" => arith(&mut b, "add", vec![Value::Int(0), n(start)]),
+            "minus_zero" => arith(&mut b, "sub", vec![n(start), Value::Int(0)]),
+            "same" => start,
+            "other" => b.call(&sym_size, vec![n(mm), Value::Int(1)]),
+            _ => arith(&mut b, "add", vec![n(start), Value::Int(1)]),
+        };
+        let af = b.v2(
+            &rms_op(),
+            vec![
+                ("_out_base_index", Value::Int(0)),
+                ("_out_slice_dim", Value::Int(1)),
+                ("_out_slice_start", n(start)),
+                ("_out_slice_end", n(end)),
+                ("x", n(if empty { x } else { a })),
+                ("w", n(if empty { w } else { m })),
+                ("_all_bases", nodes(&[mm])),
+            ],
+        );
+        let g1 = b.getitem(af, 1);
+        // `mm` (the old value) is read after the call, with the new one.
+        let g = b.output(&[g1, mm]);
+        let p = planned(&g);
+        let what = format!("{end_kind}: {}", dump(&g, &p));
+        if empty {
+            // The reference interpreter runs it: `planned` compared values.
+            assert!(common::interp::run_original(&g).is_ok(), "{what}");
+            assert_eq!(actions(&p), [Action::Reinplaced], "{what}");
+            assert_eq!(inserted_aten(&p, "aten::clone.default"), 0, "{what}");
+        } else {
+            assert_eq!(actions(&p), [Action::Cloned], "{what}");
+        }
+    }
+}
+
 /// An empty view (static size 0) of a graph input the graph never writes
 /// back, expanded (a view that may overlap itself): writing it changes no
 /// element, so it is written in place like Inductor does, not cloned.
@@ -1836,6 +1904,55 @@ fn write_back_of_the_inputs_own_old_value_is_cloned() {
         check_structure(&g, &bad).unwrap();
         let err = same_results(&g, &bad).unwrap_err();
         assert!(err.contains("differs"), "{what}: {err}");
+    }
+}
+
+/// An in-place call already in the graph (what a first round emits) that
+/// writes a graph input and another, unrelated buffer does not make the two
+/// share memory: the input's `copy_` write-back from that other buffer is a
+/// plain copy between distinct memory and needs no temporary. (It once
+/// got a `clone` + `copy_` on every round: the second plan of an applied
+/// plan was not empty.) When the other buffer is a view of the input, the
+/// two do share memory and the copy still goes through a temporary.
+#[test]
+fn in_place_call_writing_an_input_and_a_buffer_keeps_them_apart() {
+    for view_of_input in [false, true] {
+        let mut b = B::new();
+        let w = b.input("w", Some(meta(&[8])));
+        let x = b.input("x", Some(meta(&[4, 8])));
+        let buf = if view_of_input {
+            b.call_meta(
+                &as_strided_op(),
+                vec![n(x), ints(&[4, 8]), ints(&[8, 1]), Value::Int(0)],
+                Some(meta(&[4, 8])),
+            )
+        } else {
+            b.empty(&[4, 8])
+        };
+        b.call(&rot_op(), vec![n(buf), n(x), n(w)]);
+        let tmp = b.call_meta(&mul_op(), vec![n(buf), n(buf)], Some(meta(&[4, 8])));
+        let src = if view_of_input {
+            // x's elements in another order.
+            b.call_meta(
+                &as_strided_op(),
+                vec![n(x), ints(&[4, 8]), ints(&[1, 4]), Value::Int(0)],
+                Some(TensorMeta {
+                    stride: Some(vec![1, 4]),
+                    ..meta(&[4, 8])
+                }),
+            )
+        } else {
+            buf
+        };
+        b.call(&copy_op(), vec![n(x), n(src)]);
+        let g = b.output(&[tmp]);
+        let p = planned(&g);
+        let what = format!("view_of_input={view_of_input}\n{}", dump(&g, &p));
+        if view_of_input {
+            assert_eq!(inserted_aten(&p, "aten::clone.default"), 1, "{what}");
+        } else {
+            assert!(p.edits.is_empty(), "{what}");
+        }
     }
 }
 

@@ -128,11 +128,15 @@ impl Context<'_> {
             && args.all(|w| match &w.view {
                 // A view of an empty buffer cut by a slice is empty too.
                 ViewOfBuffer::Whole | ViewOfBuffer::Alias => buffer_empty,
-                ViewOfBuffer::Slice { .. } => {
+                ViewOfBuffer::Slice { keys } => {
                     buffer_empty
                         || self
                             .written_geometry(call, w)
                             .is_some_and(|g| g.provably_empty())
+                        || matches!(
+                            (n.kwarg(&keys[1]), n.kwarg(&keys[2])),
+                            (Some(start), Some(end)) if self.same_int(start, end)
+                        )
                 }
                 // `as_strided` reaches any element of the storage: only its
                 // own sizes tell.
@@ -140,6 +144,41 @@ impl Context<'_> {
                     matches!(n.kwarg(&keys[0]), Some(crate::ir::Value::List(v) | crate::ir::Value::Tuple(v)) if v.contains(&crate::ir::Value::Int(0)))
                 }
             })
+    }
+
+    /// True when two int arguments provably hold the same value: equal
+    /// constants, the same SymInt node, or one of them that value plus or
+    /// minus 0 (`operator.add(s, 0)`: the end Inductor's functionalization
+    /// gives an empty v2 slice `x[:, k:k]` whose start `s` is symbolic). A
+    /// slice from a value to the same value is empty whatever the value and
+    /// the dimension's size: negative bounds wrap, and bounds clamp, alike.
+    fn same_int(&self, a: &crate::ir::Value, b: &crate::ir::Value) -> bool {
+        use crate::ir::Value;
+        // `x + 0`, `0 + x`, `x - 0` -> x.
+        let plus_zero = |v: &Value| -> Option<Value> {
+            let m = v.as_node()?;
+            let node = self.graph.node(m);
+            let t = self.graph.target_of(m);
+            if node.op != OpCode::CallFunction
+                || t.kind != TargetKind::Other
+                || !node.kwargs.is_empty()
+            {
+                return None;
+            }
+            match (t.name.as_str(), node.args.as_slice()) {
+                ("_operator.add" | "_operator.sub", [x, Value::Int(0)])
+                | ("_operator.add", [Value::Int(0), x]) => Some(x.clone()),
+                _ => None,
+            }
+        };
+        match (a, b) {
+            (Value::Int(x), Value::Int(y)) => x == y,
+            (Value::Node(x), Value::Node(y)) if x == y => true,
+            _ => {
+                plus_zero(a).is_some_and(|a| self.same_int(&a, b))
+                    || plus_zero(b).is_some_and(|b| self.same_int(a, &b))
+            }
+        }
     }
 
     pub(super) fn movable(&self, n: NodeId) -> bool {

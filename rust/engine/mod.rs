@@ -252,8 +252,24 @@ impl<'g> Context<'g> {
                     self.ver[i] = self.latest[r];
                 }
                 Role::OtherMutation { written } => {
-                    for w in written {
-                        self.union(id, w);
+                    // Writing arguments in place makes them share no memory
+                    // with each other: only the call's own value may alias
+                    // them, through a return annotated as an alias. A call
+                    // with no such return (every operator auto_functionalized
+                    // wraps, so every call this engine emits) joins no class;
+                    // joining its written arguments into one would make a
+                    // later `copy_(input, other_written)` look like a copy
+                    // inside the input's own memory.
+                    let returns_alias = self
+                        .graph
+                        .target_of(id)
+                        .schema
+                        .as_ref()
+                        .is_none_or(|s| s.returns.iter().any(|r| r.alias.is_some()));
+                    if returns_alias {
+                        for w in written {
+                            self.union(id, w);
+                        }
                     }
                     let r = self.find(id);
                     self.ver[i] = self.latest[r];

@@ -596,6 +596,16 @@ fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) 
             out.extend(new_bases);
             Ok(V::Seq(out))
         }
+        // SymInt arithmetic (`operator.add(s, 0)` ...).
+        (_, TargetKind::Other) => match (t.name.as_str(), args.as_slice()) {
+            ("_operator.add", [V::Int(x), V::Int(y)]) => Ok(V::Int(x + y)),
+            ("_operator.sub", [V::Int(x), V::Int(y)]) => Ok(V::Int(x - y)),
+            ("_operator.mul", [V::Int(x), V::Int(y)]) => Ok(V::Int(x * y)),
+            ("_operator.floordiv", [V::Int(x), V::Int(y)]) if *y > 0 => {
+                Ok(V::Int(x.div_euclid(*y)))
+            }
+            _ => Err(format!("cannot run {}", node.name)),
+        },
         _ => Err(format!("cannot run {}", node.name)),
     }
 }
@@ -609,8 +619,14 @@ pub struct Outcome {
 
 fn setup_inputs(mem: &mut Mem, g: &Graph) -> HashMap<ValueRef, V> {
     let mut env = HashMap::new();
+    // Values by the input's place among the placeholders, not by node
+    // index: a graph and its rewrite (nodes inserted before a later
+    // placeholder) get the same inputs.
+    let mut ordinal: i64 = 0;
     for (i, node) in g.nodes.iter().enumerate() {
         if node.op == OpCode::Placeholder {
+            let k = ordinal;
+            ordinal += 1;
             let shape = node
                 .meta
                 .as_ref()
@@ -628,7 +644,7 @@ fn setup_inputs(mem: &mut Mem, g: &Graph) -> HashMap<ValueRef, V> {
                     .map(|(s, st)| (s - 1).max(0) * st)
                     .sum::<i64>()
                 + 1;
-            let vals = (0..len).map(|j| (i as i64) * 100 + j * 3 + 1).collect();
+            let vals = (0..len).map(|j| k * 100 + j * 3 + 1).collect();
             let mut t = mem.fresh(&shape, vals);
             t.stride = stride;
             t.off = off;
