@@ -180,7 +180,7 @@ impl Context<'_> {
         rule: &'static str,
         clone: &[Option<CloneNote>],
         moved: &BTreeSet<NodeId>,
-        chains: &[BTreeMap<NodeId, (NodeId, bool)>],
+        chains: &[writeback::ScatterChain],
     ) {
         let af = call.node;
         let event = self.next_event;

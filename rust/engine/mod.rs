@@ -59,6 +59,11 @@ enum Link {
     Step(NodeId, ViewStep),
 }
 
+/// Links an analysis set, with the values they replaced, so that a result
+/// the planner then drops leaves no trace (`Context::restore_links`).
+#[derive(Debug, Default)]
+struct LinkUndo(Vec<(NodeId, Link)>);
+
 /// What a result of a planned auto_functionalized node stands for.
 #[derive(Clone, Debug)]
 enum Bind {
@@ -234,9 +239,8 @@ impl<'g> Context<'g> {
             match role {
                 Role::Input => self.inputs[i].push(id),
                 Role::View { src, step, .. } => {
-                    let r = self.union(id, src);
+                    self.union(id, src);
                     self.ver[i] = self.ver[src.idx()];
-                    let _ = r;
                     self.link[i] = match step {
                         None => Link::Same(self.same_target(src)),
                         Some(s) => Link::Step(src, s),
@@ -292,12 +296,9 @@ impl<'g> Context<'g> {
                     storage_union = false;
                 }
                 Role::Scatter { .. } => {
-                    // A chain analysis that was then discarded may have set a link.
-                    self.link[i] = Link::Root;
                     if let Some(&(base, event)) = self.scatter_binds.get(&id) {
-                        let r = self.union(id, base);
+                        self.union(id, base);
                         self.ver[i] = event;
-                        let _ = r;
                         self.link[i] = Link::Same(self.same_target(base));
                         storage_union = false;
                     }
@@ -322,9 +323,7 @@ impl<'g> Context<'g> {
         };
         match self.storage_keys.get(&key).copied() {
             Some(first) => {
-                let before = self.find(id);
                 let r = self.union(id, first);
-                let _ = before;
                 if !matches!(self.roles[id.idx()], Role::View { .. }) {
                     self.ver[id.idx()] = self.latest[r];
                 }

@@ -29,7 +29,8 @@ impl Context<'_> {
             .collect();
         let mut clone: Vec<Option<CloneNote>> = vec![None; nb];
         let mut moved: BTreeSet<NodeId> = BTreeSet::new();
-        let mut chains: Vec<BTreeMap<NodeId, (NodeId, bool)>> = Vec::new();
+        let mut chains: Vec<writeback::ScatterChain> = Vec::new();
+        let mut kept_links = LinkUndo::default();
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
         for b in 0..nb {
             let node = call.buffers[b].node;
@@ -128,10 +129,9 @@ impl Context<'_> {
                 }
                 continue;
             }
-            let chain = if v1 {
-                self.scatter_chain(call, &accepted, root)
-            } else {
-                None
+            let (chain, mut links) = match v1.then(|| self.scatter_chain(call, &accepted, root)) {
+                Some(Some((chain, links))) => (Some(chain), links),
+                _ => (None, LinkUndo::default()),
             };
             if let Some((x, c_pos)) = cut {
                 // The write-back overwrites the input with the final value. A
@@ -176,6 +176,7 @@ impl Context<'_> {
                             "after the graph writes the input back,",
                         ));
                     }
+                    self.restore_links(links);
                     continue;
                 }
             }
@@ -209,19 +210,23 @@ impl Context<'_> {
                                 "node",
                             ));
                         }
+                        self.restore_links(std::mem::take(&mut links));
                         continue;
                     }
                 }
             }
             if let Some(c) = chain {
                 chains.push(c);
+                kept_links.0.extend(links.0);
             }
         }
         if let Some(reason) = self.unclonable(call, &clone) {
-            // Nothing is emitted for a node left alone: undo the moves.
+            // Nothing is emitted for a node left alone: undo the moves and
+            // the write-back chains' links.
             for &m in &moved {
                 self.pos[m.idx()] = 2 * i64::from(m.0);
             }
+            self.restore_links(kept_links);
             return Outcome::Left(reason);
         }
         self.emit_mutation(call, rule, &clone, &moved, &chains);

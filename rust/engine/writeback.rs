@@ -4,19 +4,56 @@
 
 use super::*;
 
+/// A write-back chain: each scatter, with the base of its chain and whether
+/// it writes back exactly the new values (then it can go).
+pub(super) type ScatterChain = BTreeMap<NodeId, (NodeId, bool)>;
+
 impl Context<'_> {
     /// v1 write-back elimination: the scatters that put the new values of the
     /// re-inplaced views of class `root` back into their base. Returns the
-    /// chain (node -> (chain base, exact)) when every scatter can go, `None`
-    /// when the pattern is not provably a pure write-back.
+    /// chain (node -> (chain base, exact)) when every scatter can go, with
+    /// the geometry links it gave the nodes on the way (the previous links,
+    /// for [`Self::restore_links`] if the caller drops the chain); `None`,
+    /// and every link as it was, when the pattern is not provably a pure
+    /// write-back. The links are set during the search because the
+    /// geometries it compares run through them.
     pub(super) fn scatter_chain(
         &mut self,
         call: &MutationCall,
         accepted: &[usize],
         root: usize,
-    ) -> Option<BTreeMap<NodeId, (NodeId, bool)>> {
+    ) -> Option<(ScatterChain, LinkUndo)> {
+        let mut undo = LinkUndo::default();
+        match self.search_scatter_chain(call, accepted, root, &mut undo) {
+            Some(chain) => Some((chain, undo)),
+            None => {
+                self.restore_links(undo);
+                None
+            }
+        }
+    }
+
+    /// Puts back the links recorded in `undo`, newest first.
+    pub(super) fn restore_links(&mut self, undo: LinkUndo) {
+        for (n, link) in undo.0.into_iter().rev() {
+            self.link[n.idx()] = link;
+        }
+    }
+
+    fn set_link(&mut self, n: NodeId, link: Link, undo: &mut LinkUndo) {
+        let previous = std::mem::replace(&mut self.link[n.idx()], link);
+        undo.0.push((n, previous));
+    }
+
+    fn search_scatter_chain(
+        &mut self,
+        call: &MutationCall,
+        accepted: &[usize],
+        root: usize,
+        undo: &mut LinkUndo,
+    ) -> Option<ScatterChain> {
         let af = call.node;
-        let mut chain: BTreeMap<NodeId, (NodeId, bool)> = BTreeMap::new();
+        let mut chain: ScatterChain = BTreeMap::new();
         let mut pending_of: HashMap<NodeId, Vec<usize>> = HashMap::default();
         let mut exact_src: HashSet<NodeId> = HashSet::default();
         let arg_geom: Vec<(usize, Geometry)> = accepted
@@ -29,7 +66,10 @@ impl Context<'_> {
                 if let Some(ResultSlot::Buffer(b)) = call.results.get(index) {
                     if accepted.contains(b) {
                         exact_src.insert(u);
-                        self.link[u.idx()] = Link::Same(self.same_target(call.buffers[*b].node));
+                        let link = Link::Same(self.same_target(call.buffers[*b].node));
+                        // (Fields, not `set_link`: `self.uses` is borrowed.)
+                        undo.0
+                            .push((u, std::mem::replace(&mut self.link[u.idx()], link)));
                         self.queue_users_through_views(u, &mut queue);
                     }
                 }
@@ -59,7 +99,7 @@ impl Context<'_> {
                 if self.find(anchor) != root || self.ver[anchor.idx()] != latest {
                     return None;
                 }
-                self.link_views_ahead(base, p);
+                self.link_views_ahead(base, p, undo);
                 accepted.to_vec()
             };
             if self.geometry(base).then(&step) != src_geom {
@@ -69,7 +109,8 @@ impl Context<'_> {
                 let g = &arg_geom.iter().find(|(x, _)| x == b).map(|(_, g)| g);
                 !g.is_some_and(|g| g.root == src_geom.root && g.steps.starts_with(&src_geom.steps))
             });
-            self.link[sc.idx()] = Link::Same(self.same_target(base));
+            let link = Link::Same(self.same_target(base));
+            self.set_link(sc, link, undo);
             let geom = self.geometry(sc);
             let exact = pending.iter().all(|b| {
                 arg_geom
@@ -154,7 +195,7 @@ impl Context<'_> {
     /// Gives the views between `n` and its anchor (not walked yet) the
     /// links the walk will give them, so that geometries through them
     /// resolve now.
-    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64, undo: &mut LinkUndo) {
         let mut chain = Vec::new();
         let mut cur = n;
         while self.pos[cur.idx()] > p {
@@ -165,10 +206,11 @@ impl Context<'_> {
             cur = *src;
         }
         for (v, src, step) in chain.into_iter().rev() {
-            self.link[v.idx()] = match step {
+            let link = match step {
                 None => Link::Same(self.same_target(src)),
                 Some(s) => Link::Step(src, s),
             };
+            self.set_link(v, link, undo);
         }
     }
 
