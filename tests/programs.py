@@ -93,6 +93,12 @@ def _two_views_of_an_input(x, c):
     return x.sum()
 
 
+def _empty_slice_write(x):
+    # A write into an empty slice of a graph input changes nothing: no copy.
+    torch.ops.fxr_test.scale_(x[2:2], 2.0)
+    return x * 3
+
+
 def _r(*shape: int) -> Callable[[], torch.Tensor]:
     return lambda: torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
 
@@ -113,4 +119,5 @@ PROGRAMS = [
     ),
     Program("read from a disjoint view of the written buffer", _disjoint_read_view, lambda: (_r(4, 8)(),)),
     Program("two views of an input, written back", _two_views_of_an_input, lambda: (_r(3, 8)(), _r(3, 4)())),
+    Program("write into an empty slice of an input", _empty_slice_write, lambda: (_r(4, 8)(),)),
 ]
