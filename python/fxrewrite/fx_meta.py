@@ -68,6 +68,7 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     v2 = "_all_bases" in kw
 
     graph_bases = kw.get("_all_bases") or []
+    same_base: dict[int, bool] = {}  # per base index: eager's layout is the graph's
 
     def view(prefix: str, actual: Any) -> Any:
         bases = eager.get("_all_bases") or []
@@ -78,15 +79,17 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         # Where eager's base has the layout the graph's base has, the view
         # cut from it has the layout of the call's own argument (the same
         # view of the graph's base, or its exact clone): no fake dispatch.
-        graph_base = graph_bases[index] if index < len(graph_bases) else None
-        if (
-            isinstance(actual, torch.fx.Node)
-            and isinstance(graph_base, torch.fx.Node)
-            and _layout_key(base) is not None
-            and _layout_key(base) == _layout_key(graph_base.meta.get("val"))
-            and _layout_key(actual.meta.get("val")) is not None
-        ):
-            return actual.meta["val"]
+        if isinstance(actual, torch.fx.Node) and isinstance(actual.meta.get("val"), torch.Tensor):
+            if index not in same_base:
+                graph_base = graph_bases[index] if index < len(graph_bases) else None
+                key = _layout_key(base)
+                same_base[index] = (
+                    key is not None
+                    and isinstance(graph_base, torch.fx.Node)
+                    and key == _layout_key(graph_base.meta.get("val"))
+                )
+            if same_base[index]:
+                return actual.meta["val"]
         try:
             with getattr(base, "fake_mode", None) or contextlib.nullcontext():
                 if f"{prefix}_storage_offset" in kw:
@@ -128,21 +131,17 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     return (tuple(args), kwargs)
 
 
-def _layout_key(t: Any) -> tuple[str, ...] | None:
-    """dtype, device, sizes, strides and storage offset of a tensor, symbolic
-    ones by their expression (reading them adds no guard)."""
+def _layout_key(t: Any) -> tuple[Any, ...] | None:
+    """dtype, device, sizes, strides and storage offset of a tensor; symbolic
+    ones by their expression, since comparing SymInts would add guards."""
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return None
     try:
-        return (
-            str(t.dtype),
-            str(t.device),
-            *(str(d) for d in t.shape),
-            "/",
-            *(str(d) for d in t.stride()),
-            "@",
-            str(t.storage_offset()),
-        )
+        shape = tuple(t.shape)
+        dims: tuple[Any, ...] = (*shape, *t.stride(), t.storage_offset())
+        if not all(type(d) is int for d in dims):
+            dims = tuple(str(d) for d in dims)
+        return (t.dtype, t.device, len(shape), dims)
     except Exception:  # a subclass that refuses: no shortcut
         return None
 

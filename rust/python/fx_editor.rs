@@ -272,10 +272,8 @@ impl<'py> FxEditor<'py> {
     /// edits, at a cost proportional to the nodes rewritten rather than a
     /// full `graph.lint()`.
     fn check_order(&self) -> PyResult<Option<String>> {
+        // Runs before anything is erased, so every touched node is alive.
         for n in &self.touched {
-            if n.getattr("_erased")?.is_truthy()? {
-                continue;
-            }
             for inp in n.getattr("all_input_nodes")?.try_iter()? {
                 let inp = inp?;
                 if !inp.lt(n)? {
