@@ -140,35 +140,21 @@ mod tests {
         }
     }
 
+    /// `x[..., start:end]` along `dim`, step 1.
+    fn slice(dim: i64, start: i64, end: i64) -> ViewStep {
+        ViewStep::Slice {
+            dim,
+            start,
+            end,
+            step: 1,
+        }
+    }
+
     #[test]
     fn disjoint_slices_and_selects() {
-        let a = g(
-            0,
-            vec![ViewStep::Slice {
-                dim: 1,
-                start: 0,
-                end: 4,
-                step: 1,
-            }],
-        );
-        let b = g(
-            0,
-            vec![ViewStep::Slice {
-                dim: 1,
-                start: 4,
-                end: 8,
-                step: 1,
-            }],
-        );
-        let c = g(
-            0,
-            vec![ViewStep::Slice {
-                dim: 1,
-                start: 3,
-                end: 8,
-                step: 1,
-            }],
-        );
+        let a = g(0, vec![slice(1, 0, 4)]);
+        let b = g(0, vec![slice(1, 4, 8)]);
+        let c = g(0, vec![slice(1, 3, 8)]);
         assert!(a.disjoint_from(&b));
         assert!(!a.disjoint_from(&c));
         let s0 = g(0, vec![ViewStep::Select { dim: 0, index: 0 }]);
@@ -180,13 +166,8 @@ mod tests {
 
     #[test]
     fn squeeze_undoes_unsqueeze_and_reshapes_collapse() {
-        let slice = ViewStep::Slice {
-            dim: 1,
-            start: 16,
-            end: 24,
-            step: 1,
-        };
-        let base = g(0, vec![slice.clone()]);
+        let cut = slice(1, 16, 24);
+        let base = g(0, vec![cut.clone()]);
         let round_trip = base
             .then(&ViewStep::Unsqueeze { dim: 1 })
             .then(&ViewStep::Squeeze { dim: 1 });
@@ -206,25 +187,20 @@ mod tests {
         // A reshape after a slice is not merged with one before it.
         let sliced = g(0, vec![])
             .then(&shape(&[5, 2, 24]))
-            .then(&slice)
+            .then(&cut)
             .then(&shape(&[80]));
         assert_eq!(sliced.steps.len(), 3);
     }
 
     #[test]
     fn empty_views_touch_nothing() {
-        let slice = |start, end| ViewStep::Slice {
-            dim: 0,
-            start,
-            end,
-            step: 1,
-        };
-        let empty = g(0, vec![slice(2, 2)]);
+        let rows = |start, end| slice(0, start, end);
+        let empty = g(0, vec![rows(2, 2)]);
         let whole = g(0, vec![]);
-        let other_root = g(1, vec![slice(0, 4)]);
+        let other_root = g(1, vec![rows(0, 4)]);
         assert!(empty.provably_empty());
-        assert!(g(0, vec![slice(3, 1)]).provably_empty());
-        assert!(!g(0, vec![slice(1, 3)]).provably_empty());
+        assert!(g(0, vec![rows(3, 1)]).provably_empty());
+        assert!(!g(0, vec![rows(1, 3)]).provably_empty());
         assert!(!whole.provably_empty());
         // Emptiness survives later views, not an as_strided or opaque one.
         assert!(empty
@@ -248,7 +224,7 @@ mod tests {
         assert!(whole.provably_disjoint(&empty));
         assert!(empty.provably_disjoint(&empty));
         assert!(empty.disjoint_from(&other_root));
-        assert!(!whole.provably_disjoint(&g(0, vec![slice(1, 3)])));
+        assert!(!whole.provably_disjoint(&g(0, vec![rows(1, 3)])));
     }
 
     #[test]
