@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -198,7 +199,10 @@ impl<'py> Reader<'py> {
     }
 
     fn tensor_meta(&self, node: &Bound<'py, PyAny>) -> PyResult<Option<crate::ir::TensorMeta>> {
-        let val = node.getattr("meta")?.call_method1("get", ("val",))?;
+        let py = node.py();
+        let val = node
+            .getattr(intern!(py, "meta"))?
+            .call_method1(intern!(py, "get"), (intern!(py, "val"),))?;
         if val.is_none() {
             return Ok(None);
         }
@@ -216,7 +220,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
     let torch = py.import("torch")?;
     let ops = py.import("torch._ops")?;
     let encode = py.import("fxrewrite.encode")?;
-    let aliased_key: String = encode.getattr("USER_ALIASED_META")?.extract()?;
+    let aliased_key = encode.getattr("USER_ALIASED_META")?;
     let aliased_kwarg = crate::forms::call::USER_ALIASED_READS;
     let mut r = Reader {
         types: Types {
@@ -238,19 +242,20 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
     };
     let mut nodes = Vec::new();
     let mut needed: Vec<u32> = Vec::new();
-    for n in graph.getattr("nodes")?.try_iter()? {
+    for n in graph.getattr(intern!(py, "nodes"))?.try_iter()? {
         let n = n?;
         let i = u32::try_from(nodes.len())
             .map_err(|_| pyo3::exceptions::PyValueError::new_err("graph too large"))?;
         r.index.insert(n.as_ptr() as usize, i);
-        let op_name: String = n.getattr("op")?.extract()?;
-        let op = opcode(&op_name)?;
-        let target = r.intern(&n.getattr("target")?, &op_name)?;
-        let node_meta = n.getattr("meta")?;
+        let op_obj = n.getattr(intern!(py, "op"))?;
+        let op_name = op_obj.cast::<PyString>()?.to_str()?;
+        let op = opcode(op_name)?;
+        let target = r.intern(&n.getattr(intern!(py, "target"))?, op_name)?;
+        let node_meta = n.getattr(intern!(py, "meta"))?;
         let node_meta = node_meta.cast::<PyDict>()?;
         let mut inputs = Vec::new();
         let mut kwargs = Vec::new();
-        let kw = n.getattr("kwargs")?;
+        let kw = n.getattr(intern!(py, "kwargs"))?;
         for (k, v) in kw.cast::<PyDict>()?.iter() {
             kwargs.push((k.extract::<String>()?, r.value(&v, 0, &mut inputs)?));
         }
@@ -267,7 +272,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
             }
         }
         let args = n
-            .getattr("args")?
+            .getattr(intern!(py, "args"))?
             .cast::<PyTuple>()?
             .iter()
             .map(|a| r.value(&a, 0, &mut inputs))
@@ -294,7 +299,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
         };
         r.graph.nodes.push(Node {
             op,
-            name: n.getattr("name")?.extract()?,
+            name: n.getattr(intern!(py, "name"))?.extract()?,
             target,
             args,
             kwargs,
