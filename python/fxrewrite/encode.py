@@ -128,33 +128,41 @@ def describe_target(obj: Any) -> tuple[str, int, Any]:
 
 def tensor_meta(val: Any) -> tuple[Any, ...] | None:
     """``(dtype, rank, shape, stride, offset, itemsize, storage, device)`` of a
-    tensor value; ``None`` entries where symbolic, ``None`` for a non-tensor."""
+    tensor value; ``None`` entries where symbolic, ``None`` for a non-tensor.
+
+    The reader calls it for every operand the engine consults (thousands of
+    nodes on a large graph), so it reads each fact once and names dtypes and
+    devices from a cache."""
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        shape = [int(d) for d in val.shape] if all(isinstance(d, int) for d in val.shape) else None
+        shape: tuple[Any, ...] | None = tuple(val.shape)
+        rank = len(shape)
+        if not all(type(d) is int for d in shape):
+            shape = None
         stride = None
         offset = None
         if val.layout == torch.strided:
             st = val.stride()
-            stride = [int(d) for d in st] if all(isinstance(d, int) for d in st) else None
+            stride = st if all(type(d) is int for d in st) else None
             off = val.storage_offset()
-            offset = int(off) if isinstance(off, int) else None
+            offset = off if type(off) is int else None
         storage = None
         if torch._C._has_storage(val):
-            storage = int(val.untyped_storage()._cdata) & 0xFFFF_FFFF_FFFF_FFFF
-        return (
-            str(val.dtype).removeprefix("torch."),
-            val.dim(),
-            shape,
-            stride,
-            offset,
-            val.element_size(),
-            storage,
-            str(val.device),
-        )
+            storage = val.untyped_storage()._cdata & 0xFFFF_FFFF_FFFF_FFFF
+        dtype = _DTYPE_NAMES.get(val.dtype)
+        if dtype is None:
+            dtype = _DTYPE_NAMES[val.dtype] = (str(val.dtype).removeprefix("torch."), val.element_size())
+        device = _DEVICE_NAMES.get(val.device)
+        if device is None:
+            device = _DEVICE_NAMES[val.device] = str(val.device)
+        return (dtype[0], rank, shape, stride, offset, dtype[1], storage, device)
     except Exception:  # metadata is optional; a tensor subclass may refuse any of these
         return None
+
+
+_DTYPE_NAMES: dict[torch.dtype, tuple[str, int]] = {}
+_DEVICE_NAMES: dict[torch.device, str] = {}
 
 
 def encode(

@@ -58,15 +58,15 @@ def fake_call(fake_mode: Any, target: Any, args: tuple[Any, ...], kwargs: dict[s
     cache-key and output-cache work (about 4x cheaper per call). Anything
     else, or anything symbolic, goes through the fake mode."""
     if target in _static_views() and _all_static(fake_mode, args, kwargs):
-        from torch._subclasses.fake_tensor import in_kernel_invocation_manager
+        from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         with in_kernel_invocation_manager(fake_mode):
             out = target(*args, **kwargs)
-        wrap = fake_mode.fake_tensor_converter.from_meta_and_device
+        # The meta outputs are fresh and dropped here: no converter memo.
         if isinstance(out, torch.Tensor):
-            return wrap(fake_mode, out, device)
-        return type(out)(wrap(fake_mode, o, device) for o in out)
+            return FakeTensor(fake_mode, out, device)
+        return type(out)(FakeTensor(fake_mode, o, device) for o in out)
     with fake_mode:
         return target(*args, **kwargs)
 
