@@ -2,7 +2,8 @@
 bare walk over the nodes, side by side on MoE-decoder post-grad graphs.
 
     python benches/compare.py [--sizes 1e3,1e4,1e5] [--forms v2,v1] [--repeat 5] [--json]
-                              [--skip-inductor-above N] [--only fxrewrite,blind,floor]
+                              [--skip-inductor-above N]
+                              [--only fxrewrite,inductor,blind,floor,fxrewrite+update,blind+update]
 
 On the same graph, in one run, each method runs ``--repeat`` times on a fresh
 deep copy of the graph (copying is not timed) and the median is reported:
@@ -15,7 +16,13 @@ deep copy of the graph (copying is not timed) and the median is reported:
 - blind: a vLLM-style defunctionalization in one scan, no safety analysis
   (every auto_functionalized node becomes a direct call on the written
   arguments; it is wrong whenever a written buffer is read later);
-- floor: a Python walk over ``graph.nodes`` reading op, target and args.
+- floor: a Python walk over ``graph.nodes`` reading op, target and args;
+- fxrewrite+update and blind+update: the pass (fxrewrite as ``pass_`` runs
+  it, marking the nodes it changed as current), then what Inductor runs
+  right after a custom post pass, ``FakeTensorUpdater.incremental_update``,
+  which recomputes the fake values of the changed nodes and their users.
+  blind leaves that work to Inductor; fxrewrite does it in the pass. The
+  updater is built untimed before the pass, as ``post_grad_passes`` does.
 
 Peak Python memory (``tracemalloc``; native allocations such as the Rust
 engine's are not seen) is measured in one more repetition per method, so it
@@ -47,7 +54,7 @@ from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto
 import fxrewrite
 import make_graphs
 
-METHODS = ("fxrewrite", "inductor", "blind", "floor")
+METHODS = ("fxrewrite", "inductor", "blind", "floor", "fxrewrite+update", "blind+update")
 _AF = (auto_functionalized, auto_functionalized_v2)
 
 
@@ -154,6 +161,46 @@ def run_blind(gm: torch.fx.GraphModule, ctx: Context) -> dict[str, Any]:
     return {}
 
 
+def _with_update(edit: Callable[[torch.fx.GraphModule, Context], Any]) -> Callable[..., dict[str, Any]]:
+    """``edit``, then what Inductor does right after a custom post pass:
+    ``FakeTensorUpdater.incremental_update()``, which recomputes the fake
+    values of the nodes the pass changed and of their users. The updater is
+    built before the pass, untimed, as ``post_grad_passes`` builds it
+    before running any pass. This is the cost a compile pays for the edits
+    plus up-to-date metadata, whoever keeps it."""
+
+    def run(gm: torch.fx.GraphModule, ctx: Context) -> dict[str, Any]:
+        from torch._inductor.fx_utils import FakeTensorUpdater
+        from torch._inductor.virtualized import V
+
+        with V.set_fake_mode(ctx.fake_mode):
+            t0 = ctx.clock()
+            updater = FakeTensorUpdater(gm)
+            untimed = ctx.clock() - t0
+            t1 = ctx.clock()
+            edit(gm, updater)
+            t2 = ctx.clock()
+            recomputed = updater.incremental_update()
+            t3 = ctx.clock()
+        return {
+            "untimed": untimed,
+            "split": {"pass": t2 - t1, "update": t3 - t2},
+            "recomputed": int(recomputed or 0),
+        }
+
+    return run
+
+
+def _fxrewrite_marked(gm: torch.fx.GraphModule, updater: Any) -> None:
+    # What fxrewrite.pass_ does inside a compile: rewrite, then mark the
+    # nodes it changed as current in the running updater.
+    from fxrewrite.inductor_pass import mark_current
+    from fxrewrite.pipeline import rewrite_tracking_changes
+
+    _, changed = rewrite_tracking_changes(gm.graph, strict=True)
+    mark_current(updater, changed)
+
+
 def run_floor(gm: torch.fx.GraphModule, ctx: Context) -> dict[str, Any]:
     n_ops = 0
     for n in gm.graph.nodes:
@@ -167,6 +214,8 @@ RUNNERS: dict[str, Callable[[torch.fx.GraphModule, Context], dict[str, Any]]] = 
     "inductor": run_inductor,
     "blind": run_blind,
     "floor": run_floor,
+    "fxrewrite+update": _with_update(_fxrewrite_marked),
+    "blind+update": _with_update(lambda gm, updater: run_blind(gm, None)),  # type: ignore[arg-type]
 }
 
 
@@ -202,6 +251,7 @@ class MethodResult:
     peak_bytes: int | None = None
     peak_skipped: str | None = None
     skipped: str | None = None
+    recomputed: int | None = None  # nodes incremental_update recomputed (the +update methods)
 
 
 @dataclass
@@ -261,11 +311,13 @@ def measure(
         gc.collect()
         t0 = ctx.clock()
         extra = runner(work, ctx)
-        dt = ctx.clock() - t0
+        dt = ctx.clock() - t0 - extra.get("untimed", 0.0)
         res.seconds.append(dt)
         spent += dt
         for k, v in extra.get("split", {}).items():
             splits.setdefault(k, []).append(v)
+        if i == 0:
+            res.recomputed = extra.get("recomputed")
         if i == 0 and name != "floor":
             work.graph.lint()
             res.clones, res.clone_bytes = _clones(work.graph)
@@ -424,6 +476,20 @@ def print_tables(results: list[SizeResult]) -> None:
             print(
                 f"| {r.target:.0e} | {r.form} | {s['updater'] * 1e3:,.1f} | {s['reinplace'] * 1e3:,.1f} "
                 f"| {s['decompose'] * 1e3:,.1f} | {m.runs} |"
+            )
+    upd = [r for r in results if "fxrewrite+update" in r.methods or "blind+update" in r.methods]
+    if upd:
+        print(
+            "\nWith Inductor's metadata update after the pass (median ms; pass + "
+            "FakeTensorUpdater.incremental_update, nodes it recomputed)\n"
+        )
+        print("| size | form | fxrewrite+update | recomputed | blind+update | recomputed | fxrewrite/blind |")
+        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+        for r in upd:
+            f, b = r.methods.get("fxrewrite+update"), r.methods.get("blind+update")
+            print(
+                f"| {r.target:.0e} | {r.form} | {_ms(f)} | {'-' if f is None else f.recomputed} "
+                f"| {_ms(b)} | {'-' if b is None else b.recomputed} | {_ratio(f, b)} |"
             )
     print("\nGraphs\n")
     print("| size | form | nodes | layers | fake values | build s | clones before |")

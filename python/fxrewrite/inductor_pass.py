@@ -129,17 +129,24 @@ def _mark_fake_tensors_current(graph: torch.fx.Graph, changed: Sequence[torch.fx
         if frame.f_code.co_name == "post_grad_passes":
             updater = frame.f_locals.get("fake_tensor_updater")
             if updater is not None and getattr(getattr(updater, "gm", None), "graph", None) is graph:
-                hashes = getattr(updater, "processed_hashes", None)
-                tracked = getattr(updater, "tracked_node_ids", None)
-                if hashes is None or tracked is None or not hasattr(updater, "hash_node"):
-                    return False
-                for node in changed:
-                    hashes.add(updater.hash_node(node))
-                    tracked.add(id(node))
-                return True
+                return mark_current(updater, changed)
             return False
         frame = frame.f_back
     return False
+
+
+def mark_current(updater: Any, changed: Sequence[torch.fx.Node]) -> bool:
+    """Records ``changed`` as up to date in a ``FakeTensorUpdater``, so its
+    next ``incremental_update`` recomputes none of them. Returns whether
+    the updater has the fields this torch is known to use."""
+    hashes = getattr(updater, "processed_hashes", None)
+    tracked = getattr(updater, "tracked_node_ids", None)
+    if hashes is None or tracked is None or not hasattr(updater, "hash_node"):
+        return False
+    for node in changed:
+        hashes.add(updater.hash_node(node))
+        tracked.add(id(node))
+    return True
 
 
 def _tracing() -> bool:
