@@ -52,8 +52,25 @@ def _view_calls(draw: st.DrawFn) -> tuple[torch.Tensor, Any, tuple[Any, ...]]:
     dim = draw(st.integers(0, rank - 1))
     n = t.shape[dim]
     start = draw(st.integers(0, n))
-    choice = draw(st.sampled_from(["slice", "select", "as_strided", "view", "t", "permute", "unsqueeze",
-                                   "expand", "split", "unbind", "narrow", "alias", "dtype"]))
+    choice = draw(
+        st.sampled_from(
+            [
+                "slice",
+                "select",
+                "as_strided",
+                "view",
+                "t",
+                "permute",
+                "unsqueeze",
+                "expand",
+                "split",
+                "unbind",
+                "narrow",
+                "alias",
+                "dtype",
+            ]
+        )
+    )
     if choice == "slice":
         return t, aten.slice.Tensor, (dim, start, draw(st.integers(start, n)))
     if choice == "select":
