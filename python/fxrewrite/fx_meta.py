@@ -9,7 +9,6 @@ Inductor's own ``FakeTensorUpdater`` computes it.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -174,18 +173,17 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
                 )
             if same_base[index]:
                 return actual.meta["val"]
+        if f"{prefix}_storage_offset" in kw:
+            target: Any = torch.ops.aten.as_strided.default
+            args = (base, kw[f"{prefix}_size"], kw[f"{prefix}_stride"], kw[f"{prefix}_storage_offset"])
+        elif f"{prefix}_slice_dim" in kw:
+            target = torch.ops.aten.slice.Tensor
+            args = (base, kw[f"{prefix}_slice_dim"], kw[f"{prefix}_slice_start"], kw[f"{prefix}_slice_end"])
+        else:
+            return base
         try:
-            with getattr(base, "fake_mode", None) or contextlib.nullcontext():
-                if f"{prefix}_storage_offset" in kw:
-                    return base.as_strided(
-                        kw[f"{prefix}_size"], kw[f"{prefix}_stride"], kw[f"{prefix}_storage_offset"]
-                    )
-                if f"{prefix}_slice_dim" in kw:
-                    dim = kw[f"{prefix}_slice_dim"]
-                    return torch.ops.aten.slice.Tensor(
-                        base, dim, kw[f"{prefix}_slice_start"], kw[f"{prefix}_slice_end"]
-                    )
-                return base
+            mode = getattr(base, "fake_mode", None)
+            return target(*args) if mode is None else fake_call(mode, target, args, {})
         except Exception:  # no constraint rather than a wrong one
             return None
 
