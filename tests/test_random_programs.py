@@ -136,10 +136,58 @@ class Capture:
     inductor_correct: bool = False
     written_args: int = 0
     placeholders: list[int] = field(default_factory=list)
+    # Nodes whose metadata after fxrewrite is not what fake propagation
+    # gives, where it was before (Inductor is told not to recompute them).
+    meta_mismatch: str | None = None
 
 
 def _copy(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, copy.deepcopy(graph))
+
+
+def _layout_and_aliasing(gm: torch.fx.GraphModule) -> dict[str, tuple[object, ...]]:
+    """Per tensor node: shape, stride, offset, dtype and the first node (in
+    graph order) sharing its storage."""
+    first: dict[int, str] = {}
+    out = {}
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if not isinstance(v, torch.Tensor) or not torch._C._has_storage(v):
+            continue
+        key = v.untyped_storage()._cdata
+        dims = tuple(
+            d if type(d) is int else str(d) for d in (*v.shape, -1, *v.stride(), -1, v.storage_offset())
+        )
+        out[n.name] = (dims, v.dtype, first.setdefault(key, n.name))
+    return out
+
+
+def _propagated(gm: torch.fx.GraphModule) -> dict[str, tuple[object, ...]]:
+    """``_layout_and_aliasing`` of a copy of ``gm`` after fake propagation."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    probe = _copy(gm, gm.graph)
+    inputs = [n.meta["val"] for n in probe.graph.find_nodes(op="placeholder")]
+    FakeTensorProp(probe, detect_fake_mode(inputs)).propagate_dont_convert_inputs(*inputs)
+    return _layout_and_aliasing(probe)
+
+
+def _metadata_not_propagated(before: torch.fx.GraphModule, after: torch.fx.GraphModule) -> str | None:
+    """The nodes of ``after`` whose ``meta['val']`` (layout, aliasing) differs
+    from what fake propagation gives, leaving out nodes that already
+    differed in ``before`` under the same name; ``None`` if there are none."""
+    was = _layout_and_aliasing(before)
+    was_propagated = _propagated(before)
+    already = {k for k in was if was.get(k) != was_propagated.get(k)}
+    ours = _layout_and_aliasing(after)
+    theirs = _propagated(after)
+    bad = [
+        f"{k}: {ours.get(k)} != propagated {theirs.get(k)}"
+        for k in sorted(set(ours) | set(theirs))
+        if ours.get(k) != theirs.get(k) and k not in already
+    ]
+    return "\n".join(bad) if bad else None
 
 
 def _written_args(graph: torch.fx.Graph) -> int:
@@ -176,6 +224,7 @@ class _CapturePass(CustomGraphPass):
         try:
             cap.report = fxrewrite.rewrite(after.graph, strict=True)
             cap.after = after
+            cap.meta_mismatch = _metadata_not_propagated(cap.before, after)
         except Exception:
             cap.error = traceback.format_exc()
         ind = _copy(gm, graph)
@@ -366,6 +415,10 @@ def check_correct(program: Program, v2: bool) -> Capture:
     assert cap.after is not None and cap.report is not None
     assert count_auto_functionalized(cap.after.graph) == 0, f"nodes left\n{describe(program, cap)}"
     assert not cap.report.left and cap.report.error is None, describe(program, cap)
+    assert cap.meta_mismatch is None, (
+        f"metadata left by fxrewrite is not what fake propagation gives:\n{cap.meta_mismatch}\n"
+        f"{describe(program, cap)}"
+    )
     after = interpret(program, cap.after, cap.placeholders)
     got = mismatch(expected, after)
     assert got is None, f"the rewritten graph disagrees with eager: {got}\n{describe(program, cap)}"
@@ -656,6 +709,22 @@ def test_handpicked_programs_exercise_the_pass() -> None:
             assert cap.report is not None
             found += cap.report.found
     assert found >= 2 * len(HANDPICKED)
+
+
+def test_capture_flags_metadata_fake_propagation_would_not_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture's metadata check fires: with the applier's refresh of
+    re-pointed views turned off, some hand-picked program is flagged; with
+    it on (the rest of this suite), none is."""
+    import fxrewrite.fx_meta as fx_meta
+
+    def flagged() -> int:
+        return sum(
+            capture(program, v2).meta_mismatch is not None for program in HANDPICKED for v2 in (True, False)
+        )
+
+    assert flagged() == 0
+    monkeypatch.setattr(fx_meta, "refresh_views", lambda repointed, fake_mode: None)
+    assert flagged() > 0
 
 
 def test_generator_output_is_reproducible_source() -> None:
