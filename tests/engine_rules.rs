@@ -130,6 +130,32 @@ fn v2_later_pure_reader_is_moved_before_the_call() {
     assert!(mv < ins);
 }
 
+/// A reader moved ahead of the call must not cross a write of memory it
+/// reads: here `copy_` (an in-place call already in the graph, from another
+/// pass or an earlier round) writes `other` between the call and the
+/// reader. Moved before the call, the reader would see `other` unwritten;
+/// the old value of `buf` is cloned instead. (Found by the second-round
+/// check of `apply_show`'s property test.)
+#[test]
+fn a_reader_does_not_move_across_an_in_place_write_it_reads() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let other = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let af = rms_v2(&mut b, buf, a, w);
+    let g1 = b.getitem(af, 1);
+    b.call(&copy_op(), vec![n(other), n(g1)]);
+    let r = b.call(&mul_op(), vec![n(buf), n(other)]);
+    let g = b.output(&[g1, r]);
+    let p = planned(&g);
+    assert!(moves(&p).is_empty(), "{:?}", moves(&p));
+    assert_eq!(actions(&p), [Action::Cloned]);
+    check_structure(&g, &p).unwrap();
+    same_results(&g, &p).unwrap();
+}
+
 fn realized(p: &Plan) -> Vec<NodeId> {
     p.edits
         .iter()

@@ -208,6 +208,12 @@ impl Context<'_> {
         if n == af || !self.movable(n) || set.len() >= MAX_MOVED {
             return false;
         }
+        // Moved ahead of the call, `n` would also come before every node
+        // between the two: an in-place write there of memory `n` reads would
+        // then happen after it, not before.
+        if self.writers_before[n.idx()] != self.writers_before[af.idx() + 1] {
+            return false;
+        }
         set.insert(n);
         let mut ops = Vec::new();
         self.graph.node(n).for_each_operand(|o| ops.push(o));

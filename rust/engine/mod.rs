@@ -125,6 +125,10 @@ pub struct Context<'g> {
     /// Roots of memory that an in-place operator already in the graph writes:
     /// never re-inplaced into (the engine does not order against them).
     foreign: HashSet<NodeId>,
+    /// Per node index `i`, how many in-place writers already in the graph
+    /// (`copy_` write-backs and other mutating calls) stand before node `i`:
+    /// a reader moved ahead of a call must not cross one (`hazards.rs`).
+    writers_before: Vec<u32>,
     /// Per planned auto_functionalized node, what each result slot stands
     /// for; read when the walk reaches its getitems.
     binds: HashMap<NodeId, Vec<Bind>>,
@@ -175,7 +179,14 @@ impl<'g> Context<'g> {
         let n = graph.len();
         let mut writeback = HashMap::default();
         let mut foreign = HashSet::default();
+        let mut writers_before = Vec::with_capacity(n + 1);
+        writers_before.push(0);
         for (i, role) in roles.iter().enumerate() {
+            let writes = matches!(
+                role,
+                Role::InputWriteBack { .. } | Role::OtherMutation { .. }
+            );
+            writers_before.push(writers_before[i] + u32::from(writes));
             match role {
                 Role::InputWriteBack { dst, .. } => {
                     writeback.entry(*dst).or_insert(nid(i));
@@ -204,6 +215,7 @@ impl<'g> Context<'g> {
             link: vec![Link::Root; n],
             writeback,
             foreign,
+            writers_before,
             binds: HashMap::default(),
             scatter_binds: HashMap::default(),
             clone_reps: HashMap::default(),
