@@ -1698,6 +1698,60 @@ fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
     assert_eq!(inserted_aten(&p, "aten::sym_size.int"), 2);
 }
 
+/// A written getitem of `split_with_sizes` whose offset is symbolic: the
+/// split itself holds a list, not a tensor, so the copy is made of the
+/// split's source and both the split and the getitem are applied again to
+/// it. (It used to copy the split node with its source's layout: an
+/// `as_strided` of a list, found by the full-compile random campaign.)
+#[test]
+fn a_split_item_with_a_symbolic_offset_is_cut_again_from_a_copy_of_the_split_source() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 24])));
+    let x = b.input("x", Some(meta(&[4, 4])));
+    let w = b.input("w", Some(meta(&[4])));
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(symbolic_meta(2, Some(0))));
+    let split = b.call_meta(
+        &split_with_sizes_op(),
+        vec![n(mm), ints(&[4, 4]), Value::Int(1)],
+        None,
+    );
+    let item = b.getitem(split, 1);
+    b.g.nodes[item.idx()].meta = Some(symbolic_meta(2, None));
+    let af = b.v1(&rms_op(), vec![("out", n(item)), ("x", n(x)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, mm]);
+    common::interp::run_original(&g).unwrap();
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
+    let flat = p
+        .edits
+        .iter()
+        .find_map(|e| match e {
+            Edit::Insert {
+                callee: Callee::Aten("aten::as_strided.default"),
+                args,
+                ..
+            } => Some(args.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(flat[0], PlanArg::Ref(ValueRef::Old(mm)), "{}", dump(&g, &p));
+    let atens: Vec<&str> = inserted_atens(&p)
+        .into_iter()
+        .filter(|c| !c.starts_with("aten::sym_"))
+        .collect();
+    assert_eq!(
+        atens,
+        [
+            "aten::as_strided.default",
+            "aten::clone.default",
+            "aten::as_strided.default",
+            "aten::split_with_sizes.default",
+        ]
+    );
+}
+
 /// The same slice cut from a view whose own offset is symbolic, of a buffer
 /// that is not a view: nothing to cut it from again, the node is left.
 #[test]

@@ -112,7 +112,14 @@ impl Context<'_> {
         let mut chain = Vec::new();
         let mut cur = n;
         loop {
-            match clone_layout(self.graph, self.layout_source(cur)) {
+            // A node holding a list (`split`) has no layout of its own: the
+            // copy is cut from its source, and it is applied again.
+            let layout = if self.holds_a_list(cur) {
+                Err(SYMBOLIC_OFFSET)
+            } else {
+                clone_layout(self.graph, self.layout_source(cur))
+            };
+            match layout {
                 Ok(layout) => {
                     chain.reverse();
                     return Ok(CloneSource {
@@ -151,6 +158,16 @@ impl Context<'_> {
             }
             cur = src;
         }
+    }
+
+    /// True for a node whose value is a list of tensors (its operator
+    /// returns `Tensor[]`, as `split` does).
+    fn holds_a_list(&self, n: NodeId) -> bool {
+        let node = self.graph.node(n);
+        node.op == crate::ir::OpCode::CallFunction
+            && self.graph.target_of(n).schema.as_ref().is_some_and(|s| {
+                s.returns.len() == 1 && s.returns[0].ty == crate::ir::ArgType::TensorList
+            })
     }
 
     /// The callee and arguments that apply view node `v` (a view of `src`,

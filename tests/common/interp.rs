@@ -364,7 +364,10 @@ impl Mem {
                 let dim = opt(2)?.unwrap_or(0);
                 let d = Self::dim(&t, dim)?;
                 if sizes.iter().sum::<i64>() != t.size[d] {
-                    return Err("split sizes do not add up".into());
+                    return Err(format!(
+                        "split sizes do not add up: {sizes:?} on {:?} dim {d}",
+                        t.size
+                    ));
                 }
                 let mut start = 0;
                 let mut out = Vec::new();
