@@ -1066,6 +1066,37 @@ def test_regression_full_compile(name: str, v2: bool, dynamic: bool) -> None:
     assert_full_compile_matches_eager(FULL_REGRESSIONS[name], v2, dynamic)
 
 
+SPLIT_ITEM_SYMBOLIC_OFFSET = Program(
+    shapes=((4, 8), (4, 1, 8)),
+    steps=(
+        ("unary", "sum", 1),
+        ("maybe_", 1, None),
+        ("out_add", 2, 2),
+        ("fill_rows_", 1, 7.0),
+        ("split", 0, 1, 4, 2),
+        ("list_scale_", (5, 1, 3), -1.0),
+        ("scale_", 1, -1.0),
+        ("fused_add_", 5, 4, 5),
+        ("acc_sum", 1, 1),
+        ("slice", 6, 0, 1, 2),
+    ),
+    outputs=(("direct", 3), ("plus", 4)),
+    seed=22,
+)
+"""v1, dynamic: a written getitem of a split whose storage offset is
+symbolic was cloned by copying the split node itself (a list) with its
+source's layout; the inserted ``as_strided`` of a list got no fake value and
+Inductor's reinplace pass failed (KeyError 'val'). Found by
+``tests/campaign.py --full 120 --seed 41``, where it was discarded because
+Inductor alone also fails on it (another error, in its lowering). The copy is
+now of the split's source, with the split and the getitem applied again."""
+
+
+def test_regression_split_item_with_a_symbolic_offset_compiles() -> None:
+    program = SPLIT_ITEM_SYMBOLIC_OFFSET
+    assert full_compile(program, eager(program), v2=False, dynamic=True) is None
+
+
 BUG_EMPTY_SLICE_CLONE = Program(
     S,
     (("slice", 1, 0, 2, 2), ("unary", "tcontig", 2), ("list_scale_", (2,), 2.0), ("view", 3, (8, 1, 0))),
