@@ -161,7 +161,7 @@ def run_blind(gm: torch.fx.GraphModule, ctx: Context) -> dict[str, Any]:
     return {}
 
 
-def _with_update(edit: Callable[[torch.fx.GraphModule, Context], Any]) -> Callable[..., dict[str, Any]]:
+def _with_update(edit: Callable[[torch.fx.GraphModule, Any], Any]) -> Callable[..., dict[str, Any]]:
     """``edit``, then what Inductor does right after a custom post pass:
     ``FakeTensorUpdater.incremental_update()``, which recomputes the fake
     values of the nodes the pass changed and of their users. The updater is
