@@ -136,10 +136,9 @@ def tensor_meta(val: Any) -> tuple[Any, ...] | None:
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        shape: tuple[Any, ...] | None = tuple(val.shape)
-        rank = len(shape)
-        if not all(type(d) is int for d in shape):
-            shape = None
+        dims = tuple(val.shape)
+        rank = len(dims)
+        shape = dims if all(type(d) is int for d in dims) else None
         stride = None
         offset = None
         if val.layout == torch.strided:
