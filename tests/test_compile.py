@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import fake_meta
 import fxrewrite
 from conftest import compile_and_compare
 from programs import PROGRAMS
@@ -458,20 +459,6 @@ def test_aliasing_made_by_remove_noop_ops_is_cloned_even_with_the_pre_pass(v2):
     assert not torch.allclose(inductor_alone, expected)
 
 
-def _layout_and_aliasing(gm: torch.fx.GraphModule) -> dict[str, tuple[object, ...]]:
-    """Per tensor node: shape, stride, dtype and the first node (in graph
-    order) sharing its storage."""
-    first: dict[int, str] = {}
-    out = {}
-    for n in gm.graph.nodes:
-        v = n.meta.get("val")
-        if not isinstance(v, torch.Tensor) or not torch._C._has_storage(v):
-            continue
-        key = v.untyped_storage()._cdata
-        out[n.name] = (tuple(v.shape), tuple(v.stride()), v.dtype, first.setdefault(key, n.name))
-    return out
-
-
 class _MetaCheck(torch._inductor.custom_graph_pass.CustomGraphPass):
     """Runs fxrewrite, then re-runs fake propagation over the whole graph and
     compares: the metadata fxrewrite leaves (which Inductor is told not to
@@ -481,16 +468,10 @@ class _MetaCheck(torch._inductor.custom_graph_pass.CustomGraphPass):
         self.checked = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        from torch._guards import detect_fake_mode
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
         report = fxrewrite.rewrite(graph, strict=True)
         assert report.found
         gm = graph.owning_module
-        ours = _layout_and_aliasing(gm)
-        inputs = [n.meta["val"] for n in graph.find_nodes(op="placeholder")]
-        FakeTensorProp(gm, detect_fake_mode(inputs)).propagate_dont_convert_inputs(*inputs)
-        assert _layout_and_aliasing(gm) == ours
+        assert fake_meta.layout_and_aliasing(gm) == fake_meta.propagated(gm)
         self.checked += 1
 
     def uuid(self) -> str:

@@ -72,6 +72,7 @@ from fxrewrite.encode import count_auto_functionalized
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import fake_meta
 import layouts
 import randprog
 from randprog import Program, make_inputs, programs, run
@@ -145,43 +146,15 @@ def _copy(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> torch.fx.GraphModu
     return torch.fx.GraphModule(gm, copy.deepcopy(graph))
 
 
-def _layout_and_aliasing(gm: torch.fx.GraphModule) -> dict[str, tuple[object, ...]]:
-    """Per tensor node: shape, stride, offset, dtype and the first node (in
-    graph order) sharing its storage."""
-    first: dict[int, str] = {}
-    out = {}
-    for n in gm.graph.nodes:
-        v = n.meta.get("val")
-        if not isinstance(v, torch.Tensor) or not torch._C._has_storage(v):
-            continue
-        key = v.untyped_storage()._cdata
-        dims = tuple(
-            d if type(d) is int else str(d) for d in (*v.shape, -1, *v.stride(), -1, v.storage_offset())
-        )
-        out[n.name] = (dims, v.dtype, first.setdefault(key, n.name))
-    return out
-
-
-def _propagated(gm: torch.fx.GraphModule) -> dict[str, tuple[object, ...]]:
-    """``_layout_and_aliasing`` of a copy of ``gm`` after fake propagation."""
-    from torch._guards import detect_fake_mode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    probe = _copy(gm, gm.graph)
-    inputs = [n.meta["val"] for n in probe.graph.find_nodes(op="placeholder")]
-    FakeTensorProp(probe, detect_fake_mode(inputs)).propagate_dont_convert_inputs(*inputs)
-    return _layout_and_aliasing(probe)
-
-
 def _metadata_not_propagated(before: torch.fx.GraphModule, after: torch.fx.GraphModule) -> str | None:
     """The nodes of ``after`` whose ``meta['val']`` (layout, aliasing) differs
     from what fake propagation gives, leaving out nodes that already
     differed in ``before`` under the same name; ``None`` if there are none."""
-    was = _layout_and_aliasing(before)
-    was_propagated = _propagated(before)
+    was = fake_meta.layout_and_aliasing(before)
+    was_propagated = fake_meta.propagated(before)
     already = {k for k in was if was.get(k) != was_propagated.get(k)}
-    ours = _layout_and_aliasing(after)
-    theirs = _propagated(after)
+    ours = fake_meta.layout_and_aliasing(after)
+    theirs = fake_meta.propagated(after)
     bad = [
         f"{k}: {ours.get(k)} != propagated {theirs.get(k)}"
         for k in sorted(set(ours) | set(theirs))
