@@ -49,6 +49,15 @@ def _program_with_realize(x, res, w):
     return out, y
 
 
+def _program_needing_a_clone(x, res, w):
+    # Inductor's remove_noop_ops drops the clone: bump_ then writes `y`'s
+    # memory, whose old value is returned, so fxrewrite clones it.
+    y = x * 2
+    c = y.clone()
+    torch.ops.fxr_test.bump_(c)
+    return c, y
+
+
 # All one shape: the post-grad placeholders may come in another order than the
 # Python arguments, and before-vs-after comparisons feed both the same inputs.
 INPUTS = (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
@@ -122,6 +131,33 @@ def test_a_failure_midway_leaves_the_graph_exactly_as_it_was(monkeypatch, caplog
         _count_hooks(m, fail_at)
         with pytest.raises(fxrewrite.InternalError, match="injected failure"):
             fxrewrite.rewrite(gm.graph, strict=True)
+    assert str(gm.graph) == before
+
+
+def test_an_inserted_node_that_fails_on_fake_values_rolls_the_rewrite_back(monkeypatch, caplog):
+    # A node the rewrite inserts must run on the fake values of its inputs
+    # (a wrong one, such as an `as_strided` of a list, does not): the graph
+    # is left as it was, rather than with a node without `meta['val']` that
+    # Inductor's reinplace pass would fail on.
+    gm = _post_grad_graph(_program_needing_a_clone, *INPUTS)
+    before = str(gm.graph)
+    real = fx_meta.fake_call
+
+    def refuse_clones(mode, target, args, kwargs):
+        if target is torch.ops.aten.clone.default:
+            raise ValueError("refused")
+        return real(mode, target, args, kwargs)
+
+    probe = copy.deepcopy(gm)
+    assert fxrewrite.rewrite(probe.graph, strict=True).clones, "the program must need a clone"
+    monkeypatch.setattr(fx_meta, "fake_call", refuse_clones)
+    with caplog.at_level(logging.WARNING, logger="fxrewrite"):
+        report = fxrewrite.rewrite(gm.graph)
+    assert report.error and "does not run on fake values" in report.error and "refused" in report.error
+    assert str(gm.graph) == before
+    assert any("left the graph untouched" in r.getMessage() for r in caplog.records)
+    with pytest.raises(fxrewrite.FxrewriteError, match="does not run on fake values"):
+        fxrewrite.rewrite(gm.graph, strict=True)
     assert str(gm.graph) == before
 
 

@@ -3,8 +3,13 @@ editor (``rust/python/fx_editor.rs``), which calls these functions for the
 nodes it creates or re-points. The edits themselves, their order, the checks
 and the rollback are the one applier's, in Rust (``rust/plan/apply/``).
 
-Metadata is best effort: a value that cannot be computed is left unset, and
-Inductor's own ``FakeTensorUpdater`` computes it.
+Where the graph carries no fake values (or a node's input has none), the
+inserted node gets none either: missing metadata costs only precision. An
+inserted node that fails on the fake values it has is a wrong rewrite, and
+the applier rolls the rewrite back (``compute``). The eager layouts of a
+direct call and the refreshed values of re-pointed views are best effort:
+one that cannot be computed is left unset for Inductor's own
+``FakeTensorUpdater``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,18 @@ def fake_mode_of(graph: torch.fx.Graph) -> Any:
 
 
 def compute(fake_mode: Any, node: torch.fx.Node) -> Any:
-    """``node``'s value on its inputs' fake values, or ``None``."""
+    """``node``'s value on its inputs' fake values; ``None`` when the graph
+    or the node's first input carries none (missing metadata costs only
+    precision).
+
+    Raises:
+        RuntimeError: the inputs have fake values and ``node`` fails on
+            them. A node the rewrite inserted that torch refuses to run is a
+            wrong rewrite, and left without a value it would also stop
+            Inductor's later passes (``canonicalize_view_scatter_ops`` reads
+            ``meta['val']`` of its inputs before any update): the applier
+            rolls the whole rewrite back instead.
+    """
     if fake_mode is None:
         return None
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
@@ -44,8 +60,10 @@ def compute(fake_mode: Any, node: torch.fx.Node) -> Any:
         return None
     try:
         return fake_call(fake_mode, node.target, args, kwargs)
-    except Exception:  # metadata is best effort; the rewrite never depends on it
-        return None
+    except Exception as e:
+        raise RuntimeError(
+            f"the inserted node {node.format_node()} does not run on fake values: {type(e).__name__}: {e}"
+        ) from e
 
 
 def fake_call(fake_mode: Any, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
