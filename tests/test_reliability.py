@@ -161,6 +161,49 @@ def test_an_inserted_node_that_fails_on_fake_values_rolls_the_rewrite_back(monke
     assert str(gm.graph) == before
 
 
+def _program_with_a_view_of_the_result(x, res, w):
+    # The transpose views bump_'s result: re-pointed to `y`, its fake value
+    # is recomputed on `y`'s.
+    y = x * 2
+    torch.ops.fxr_test.bump_(y)
+    return y.t() + 1
+
+
+def test_a_view_that_fails_on_its_new_input_rolls_the_rewrite_back(monkeypatch):
+    gm = _post_grad_graph(_program_with_a_view_of_the_result, *INPUTS)
+    before = str(gm.graph)
+    vals = {n.name: n.meta.get("val") for n in gm.graph.nodes}
+    real_fake_call, real_refresh = fx_meta.fake_call, fx_meta.refresh_views
+    refreshing = {"on": False, "calls": 0}
+
+    def fake_call(mode, target, args, kwargs):
+        if refreshing["on"]:
+            refreshing["calls"] += 1
+            if refreshing.get("fail"):
+                raise ValueError("refused")
+        return real_fake_call(mode, target, args, kwargs)
+
+    def refresh(repointed, mode):
+        refreshing["on"] = True
+        try:
+            real_refresh(repointed, mode)
+        finally:
+            refreshing["on"] = False
+
+    monkeypatch.setattr(fx_meta, "fake_call", fake_call)
+    monkeypatch.setattr(fx_meta, "refresh_views", refresh)
+    probe = copy.deepcopy(gm)
+    assert fxrewrite.rewrite(probe.graph, strict=True).reinplaced == 1
+    assert refreshing["calls"] >= 1, "the program must have a view to refresh"
+
+    refreshing["fail"] = True
+    report = fxrewrite.rewrite(gm.graph)
+    assert report.error and "does not run on its new input" in report.error
+    assert str(gm.graph) == before
+    assert all(n.meta.get("val") is vals[n.name] for n in gm.graph.nodes)
+    gm.graph.lint()
+
+
 def test_missing_metadata_still_rewrites_correctly():
     gm = _post_grad_graph(_program, *INPUTS)
     expected = _run(gm, INPUTS)

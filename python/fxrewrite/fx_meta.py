@@ -262,28 +262,45 @@ def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: A
     their views, transitively): a user whose value shared the replaced node's
     storage is a view of it, and now views the replacement's memory.
     Inductor's later passes read aliasing from ``meta['val']``; other users'
-    values (fresh tensors of unchanged shape) need nothing."""
+    values (fresh tensors of unchanged shape) need nothing.
+
+    Raises:
+        RuntimeError: a view fails on its new input's fake value: the
+            rewrite gave it an input it cannot view, a wrong rewrite. Every
+            value changed so far is restored first, so that the applier's
+            rollback leaves the graph exactly as it was.
+    """
     if fake_mode is None:
         return
-    for old_val, users in repointed:
-        old_storage = storage_of(old_val)
-        if old_storage is None:
-            continue
-        stack = list(users)
-        seen: set[torch.fx.Node] = set()
-        while stack:
-            u = stack.pop()
-            if u in seen or u.op != "call_function":
+    changed: list[tuple[torch.fx.Node, Any]] = []
+    try:
+        for old_val, users in repointed:
+            old_storage = storage_of(old_val)
+            if old_storage is None:
                 continue
-            seen.add(u)
-            val = u.meta.get("val")
-            items = val if isinstance(val, list | tuple) else [val]
-            if not any(storage_of(v) == old_storage for v in items):
-                continue
-            args, kwargs = torch.fx.node.map_arg((u.args, u.kwargs), lambda a: a.meta.get("val"))
-            try:
-                u.meta["val"] = fake_call(fake_mode, u.target, args, kwargs)
-            except Exception:  # best effort: Inductor's own update recomputes it
-                u.meta.pop("val", None)
-                continue
-            stack.extend(u.users)
+            stack = list(users)
+            seen: set[torch.fx.Node] = set()
+            while stack:
+                u = stack.pop()
+                if u in seen or u.op != "call_function":
+                    continue
+                seen.add(u)
+                val = u.meta.get("val")
+                items = val if isinstance(val, list | tuple) else [val]
+                if not any(storage_of(v) == old_storage for v in items):
+                    continue
+                args, kwargs = torch.fx.node.map_arg((u.args, u.kwargs), lambda a: a.meta.get("val"))
+                try:
+                    new_val = fake_call(fake_mode, u.target, args, kwargs)
+                except Exception as e:
+                    raise RuntimeError(
+                        f"the view {u.format_node()} of a re-pointed value does not run on its new "
+                        f"input's fake value: {type(e).__name__}: {e}"
+                    ) from e
+                changed.append((u, val))
+                u.meta["val"] = new_val
+                stack.extend(u.users)
+    except BaseException:
+        for u, val in reversed(changed):
+            u.meta["val"] = val
+        raise

@@ -249,22 +249,27 @@ impl<'py> FxEditor<'py> {
         Ok(created)
     }
 
-    /// Brings the views of re-pointed values up to date, the last step of a
-    /// successful apply, and returns the nodes whose FX hash changed (created
-    /// nodes and re-pointed users, erased ones included).
-    ///
-    /// # Errors
-    /// A Python error from the refresh.
-    pub fn finish(mut self) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        if !self.repointed.is_empty() {
-            let mode = self.fake_mode()?;
-            let pairs = PyList::empty(self.py);
-            for (old, users) in &self.repointed {
-                pairs.append((old, users))?;
-            }
-            self.meta.call_method1("refresh_views", (pairs, mode))?;
+    /// The nodes whose FX hash changed (created nodes and re-pointed users,
+    /// erased ones included), once the apply has succeeded.
+    pub fn finish(self) -> Vec<Bound<'py, PyAny>> {
+        self.changed
+    }
+
+    /// Brings the views of re-pointed values up to date. It runs once every
+    /// check has passed and before anything is erased, so that a view that
+    /// fails on its new input (a wrong rewrite) still rolls everything back;
+    /// `refresh_views` restores the values it changed before it raises.
+    fn refresh_views(&mut self) -> PyResult<()> {
+        if self.repointed.is_empty() {
+            return Ok(());
         }
-        Ok(self.changed)
+        let mode = self.fake_mode()?;
+        let pairs = PyList::empty(self.py);
+        for (old, users) in &self.repointed {
+            pairs.append((old, users))?;
+        }
+        self.meta.call_method1("refresh_views", (pairs, mode))?;
+        Ok(())
     }
 
     /// Every touched node comes after its operands and before its users, in
@@ -425,6 +430,14 @@ impl<'py> Editor for FxEditor<'py> {
                 });
             }
         }
+        self.refresh_views().map_err(|e| {
+            py_err(
+                &e,
+                self.py,
+                0,
+                "cannot bring the views of re-pointed values up to date",
+            )
+        })?;
         // Each node is used only by later entries, which plan order erases
         // first; nothing below can fail on a graph that passed the check.
         for (id, n) in nodes {

@@ -173,7 +173,7 @@ impl PyGraph {
         }
         let mut editor = fx_editor::FxEditor::new(fx_graph.clone(), nodes, targets)?;
         crate::plan::apply::apply(&self.graph, &plan.plan, &mut editor).map_err(errors::to_py)?;
-        editor.finish()
+        Ok(editor.finish())
     }
 
     /// The graph in the text form `print(torch.fx.Graph)` uses.
