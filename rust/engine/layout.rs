@@ -165,9 +165,12 @@ impl Context<'_> {
     fn holds_a_list(&self, n: NodeId) -> bool {
         let node = self.graph.node(n);
         node.op == crate::ir::OpCode::CallFunction
-            && self.graph.target_of(n).schema.as_ref().is_some_and(|s| {
-                s.returns.len() == 1 && s.returns[0].ty == crate::ir::ArgType::TensorList
-            })
+            && self
+                .graph
+                .target_of(n)
+                .schema
+                .as_ref()
+                .is_some_and(crate::ir::OpSchema::returns_list)
     }
 
     /// The callee and arguments that apply view node `v` (a view of `src`,

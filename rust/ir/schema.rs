@@ -131,6 +131,13 @@ pub struct OpSchema {
 }
 
 impl OpSchema {
+    /// True when the operator returns one list of tensors (`split`,
+    /// `unbind`): its value is a list, not a tensor.
+    #[must_use]
+    pub fn returns_list(&self) -> bool {
+        self.returns.len() == 1 && self.returns[0].ty == ArgType::TensorList
+    }
+
     /// True when the operator writes any argument.
     #[must_use]
     pub fn is_mutable(&self) -> bool {

@@ -202,9 +202,7 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
                 let Some(src) = arg(node, schema, si).and_then(|v| v.as_node()) else {
                     return Role::Opaque;
                 };
-                if schema.returns.len() == 1
-                    && schema.returns[0].ty == crate::ir::ArgType::TensorList
-                {
+                if schema.returns_list() {
                     // A list of views: it forwards its source's memory (so its
                     // readers and its getitems' readers are found through it)
                     // with the source's geometry; each getitem adds its step.
@@ -266,7 +264,7 @@ fn classify_getitem(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir:
         None => Role::Fresh,
         Some(a) if a.is_write => Role::Opaque,
         Some(_) => {
-            if schema.returns.len() == 1 && schema.returns[0].ty == crate::ir::ArgType::TensorList {
+            if schema.returns_list() {
                 if arg(graph.node(src), schema, 0)
                     .and_then(|v| v.as_node())
                     .is_none()
