@@ -14,10 +14,12 @@ one that cannot be computed is left unset for Inductor's own
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 
 _MISSING = object()
 
@@ -75,8 +77,6 @@ def fake_call(fake_mode: Any, target: Any, args: tuple[Any, ...], kwargs: dict[s
     cache-key and output-cache work (about 4x cheaper per call). Anything
     else, or anything symbolic, goes through the fake mode."""
     if target in _static_views() and _all_static(fake_mode, args, kwargs):
-        from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
-
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         with in_kernel_invocation_manager(fake_mode):
             out = target(*args, **kwargs)
@@ -88,48 +88,41 @@ def fake_call(fake_mode: Any, target: Any, args: tuple[Any, ...], kwargs: dict[s
         return target(*args, **kwargs)
 
 
-_STATIC_VIEWS: frozenset[Any] | None = None
-
-
+@functools.cache
 def _static_views() -> frozenset[Any]:
     """The view operators ``fake_call`` runs on their meta kernel: each
     computes its output's layout from its input's alone, and returns views
     of it (no new storage, no data-dependent shape)."""
-    global _STATIC_VIEWS
-    if _STATIC_VIEWS is None:
-        a = torch.ops.aten
-        _STATIC_VIEWS = frozenset(
-            {
-                a.slice.Tensor,
-                a.select.int,
-                a.as_strided.default,
-                a.view.default,
-                a.view.dtype,
-                a._reshape_alias.default,
-                a.alias.default,
-                a.t.default,
-                a.transpose.int,
-                a.permute.default,
-                a.unsqueeze.default,
-                a.squeeze.dim,
-                a.expand.default,
-                a.split.Tensor,
-                a.split_with_sizes.default,
-                a.unbind.int,
-                a.narrow.default,
-                a.diagonal.default,
-                a.unfold.default,
-            }
-        )
-    return _STATIC_VIEWS
+    a = torch.ops.aten
+    return frozenset(
+        {
+            a.slice.Tensor,
+            a.select.int,
+            a.as_strided.default,
+            a.view.default,
+            a.view.dtype,
+            a._reshape_alias.default,
+            a.alias.default,
+            a.t.default,
+            a.transpose.int,
+            a.permute.default,
+            a.unsqueeze.default,
+            a.squeeze.dim,
+            a.expand.default,
+            a.split.Tensor,
+            a.split_with_sizes.default,
+            a.unbind.int,
+            a.narrow.default,
+            a.diagonal.default,
+            a.unfold.default,
+        }
+    )
 
 
 def _all_static(fake_mode: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Every tensor argument is a plain fake tensor of ``fake_mode`` with
     integer sizes, strides and offset, every other argument holds no
     symbolic number, and at least one tensor is there."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     seen_tensor = False
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Tensor):
