@@ -8,6 +8,7 @@ import torch
 
 import fake_meta
 import fxrewrite
+import layouts
 from conftest import compile_and_compare
 from programs import PROGRAMS
 
@@ -719,3 +720,55 @@ def test_reader_of_old_value_is_computed_before_the_in_place_call(reader, user, 
         return use(r), x
 
     compile_and_compare(f, torch.arange(12.0).reshape(3, 4), v2=v2)
+
+
+def _run_last_call_in_place_on_a_clone(graph: torch.fx.Graph) -> None:
+    """A user pass before fxrewrite: the last v1 auto_functionalized node
+    becomes `c = clone(x); scale_(c, s)` (Inductor's own decomposition of
+    it), so an in-place write stands in the middle of the graph when
+    fxrewrite runs."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    af = [n for n in graph.nodes if n.op == "call_function" and n.target is auto_functionalized][-1]
+    x = af.kwargs["x"]
+    with graph.inserting_before(af):
+        c = graph.call_function(torch.ops.aten.clone.default, (x,))
+        graph.call_function(af.args[0], (), {**af.kwargs, "x": c})
+    fake_mode = x.meta["val"].fake_mode
+    with fake_mode:
+        c.meta["val"] = torch.ops.aten.clone.default(x.meta["val"])
+    for user in list(af.users):
+        assert user.args[1] == 1
+        user.replace_all_uses_with(c)
+        graph.erase_node(user)
+    graph.erase_node(af)
+
+
+def test_a_reader_is_not_moved_across_an_in_place_write_in_a_full_compile():
+    # `b + a` reads the old value of `b` (the clone of `b` that remove_noop_ops
+    # drops makes scale_ write `b` itself) and the value the user pass's
+    # in-place scale_ writes into its clone of `a`. Moved ahead of the first
+    # call it would also come before that write: fxrewrite clones `b`
+    # instead, and the compiled program still matches eager.
+    # The first call is a kernel that reads raw strides (of the transposed
+    # `b` it writes in place): it must see eager's layout too.
+    def f(x):
+        b = (x * 3).t()
+        c0 = b.clone()
+        torch.ops.fxr_test.strided_(c0, x.t(), 0)
+        a = x.t() * 2
+        torch.ops.fxr_test.scale_(a, 5.0)
+        return c0, b + a
+
+    x = torch.randn(4, 8)
+    with layouts.record():
+        expected = f(x)
+    ours = fxrewrite.Pass(strict=True)
+    passes = {"post_grad_custom_post_pass": fxrewrite.compose(_run_last_call_in_place_on_a_clone, ours)}
+    with layouts.check() as seen:
+        got = _compile_with(f, (x,), passes, v2=False)
+    torch.testing.assert_close(got, expected)
+    assert seen.checked == 2 and seen.report() is None, seen.report()
+    report = ours.last_report
+    assert report is not None and report.found == 1
+    assert not report.decisions[0].moved and len(report.clones) == 1
