@@ -33,7 +33,7 @@ pub mod plan;
 #[cfg(feature = "python")]
 mod python;
 
-pub use engine::plan;
+pub use engine::{plan, plan_with, PlanOptions};
 pub use error::{Error, Result};
 pub use forms::form_names;
 pub use ir::{Graph, NodeId};

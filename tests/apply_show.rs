@@ -1014,7 +1014,9 @@ fn show_counts_distinct_users_and_prints_outputs_like_python() {
 /// first round leaves `foreach` writing clones of input `in0`, then `rot`
 /// writing a clone and `in0` itself in place, then `copy_(in0, clone)`. The
 /// in-place `rot` made the engine take `in0` and the clone for one memory,
-/// and the second round copied the write-back through a temporary.
+/// and the second round copied the write-back through a temporary. (`foreach`
+/// is now left to Inductor: its two bases are one node, a sharing no record
+/// attributes.)
 #[test]
 fn a_call_writing_an_input_and_a_clone_needs_no_second_round() {
     use common::interp::run_original;
@@ -1035,7 +1037,7 @@ fn a_call_writing_an_input_and_a_clone_needs_no_second_round() {
     let (p, out) = applied(&g);
     assert_eq!(
         actions(&p),
-        [Action::Cloned, Action::Cloned],
+        [Action::Left, Action::Cloned],
         "{}",
         to_fx_text(&out)
     );
@@ -1048,8 +1050,9 @@ fn a_call_writing_an_input_and_a_clone_needs_no_second_round() {
 // tensor metadata, every form and write-back the engine plans.
 mod props {
     use super::*;
-    use common::interp::run_original;
-    use common::random::{build, step};
+    use common::interp::{run_eager, run_original};
+    use common::plans::rewritten;
+    use common::random::{add_alias_records, build, step};
     use proptest::prelude::*;
 
     proptest! {
@@ -1067,8 +1070,13 @@ mod props {
             steps in prop::collection::vec(step(), 0..14),
             outputs in any::<u64>(),
             with_meta in any::<bool>(),
+            records in any::<u64>(),
         ) {
-            let g = build(&steps, outputs, with_meta);
+            let mut g = build(&steps, outputs, with_meta);
+            // Half the graphs carry the pre pass's records of alias groups.
+            if records & 1 == 1 {
+                add_alias_records(&mut g, records);
+            }
             validate(&g).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let p = plan(&g).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let out = apply_plan(&g, &p).map_err(|e| {
@@ -1086,7 +1094,7 @@ mod props {
             prop_assert_eq!(unique.len(), out.len());
             // The applied graph computes what the original computes (graphs
             // the reference interpreter cannot run are not compared).
-            if let Ok(want) = run_original(&g) {
+            if let Ok(want) = run_eager(&g, &rewritten(&p)) {
                 let got = run_original(&out).map_err(TestCaseError::fail)?;
                 prop_assert_eq!(got, want, "{}", to_fx_text(&out));
             }
@@ -1104,4 +1112,109 @@ mod props {
             prop_assert_eq!(to_fx_text(&out).lines().count(), out.len() + 1);
         }
     }
+}
+
+/// Found by the random graphs with the reference's eager memory: a v1
+/// write-back `slice_scatter` into a strided view (`as_strided(.., [2, 3],
+/// [8, 1])`) is removed, so it stands for the view's memory; a later call
+/// that must clone it copied it with the scatter's own, contiguous layout
+/// ([3, 1]), reading the wrong storage elements. The clone now has the
+/// layout of the memory the scatter stands for.
+#[test]
+fn a_clone_of_a_removed_scatter_has_the_layout_of_its_base() {
+    use common::interp::{run_eager, run_original};
+    use common::plans::rewritten;
+    use common::random::{build, Step};
+    let g = build(
+        &[
+            Step::ForeachV1(0, 0),
+            Step::AsStrided(7, 0),
+            Step::Slice(11, 29, 0),
+            Step::Unknown(0),
+            Step::Unknown(0),
+            Step::Unknown(0),
+            Step::V2Rms {
+                base: 0,
+                x: 0,
+                view: 0,
+            },
+            Step::V1Rot {
+                q: 31,
+                k: 131,
+                scatter: true,
+            },
+            Step::Unknown(27),
+            Step::V1Rot {
+                q: 237,
+                k: 65,
+                scatter: false,
+            },
+        ],
+        2_821_631_395_944_431_665,
+        true,
+    );
+    let (p, out) = applied(&g);
+    let text = to_fx_text(&out);
+    assert!(
+        text.contains("[2, 3], [8, 1], 0), kwargs = {})\n    %rot_default_1"),
+        "{text}"
+    );
+    assert_eq!(
+        run_original(&out).unwrap(),
+        run_eager(&g, &rewritten(&p)).unwrap(),
+        "{text}"
+    );
+}
+
+/// Found by the random graphs with records: a unit whose written member is
+/// the result of an earlier call (bound to that call's buffer) and whose
+/// read member is a view of that result. Its common view source is found
+/// through the binding; it used to be missed, so the node was left in the
+/// first round and rewritten in a second.
+#[test]
+fn a_unit_on_an_earlier_calls_result_is_cut_from_one_copy() {
+    use common::interp::{run_eager, run_original};
+    use common::plans::rewritten;
+    use common::random::{add_alias_records, build, Step};
+    let mut g = build(
+        &[
+            Step::Unknown(0),
+            Step::ForeachV1(61, 5),
+            Step::Slice(14, 0, 0),
+            Step::V2Rms {
+                base: 2,
+                x: 2,
+                view: 0,
+            },
+            Step::Input,
+            Step::Unknown(30),
+            Step::V1Rms {
+                out: 178,
+                x: 20,
+                scatter: false,
+            },
+            Step::Out(29),
+            Step::Read(0),
+        ],
+        5_944_006_984_242_374_656,
+        true,
+    );
+    add_alias_records(&mut g, 2_790_060_410_634_904_553);
+    let (p, out) = applied(&g);
+    let d = p
+        .report
+        .decisions
+        .iter()
+        .find(|d| d.node == "auto_functionalized_1")
+        .unwrap();
+    assert_eq!(d.action, Action::Cloned, "{d:?}");
+    assert_eq!(d.clones.len(), 1);
+    assert!(
+        d.clones[0].reason.contains("one copy also serves `x`"),
+        "{d:?}"
+    );
+    assert_eq!(
+        run_original(&out).unwrap(),
+        run_eager(&g, &rewritten(&p)).unwrap()
+    );
 }

@@ -128,8 +128,10 @@ def compile_and_compare(
     dynamic: bool | None = None,
     more_inputs: tuple[tuple[Any, ...], ...] = (),
     mark_dynamic: tuple[tuple[int, int], ...] = (),
+    pre_pass: bool = True,
 ) -> Compiled:
-    """Compiles ``fn`` with fxrewrite (strict) and checks outputs, input
+    """Compiles ``fn`` with fxrewrite (strict; with its pre pass, as
+    ``fxrewrite.install()`` sets it, unless ``pre_pass`` is false) and checks outputs, input
     mutations and the layouts stride-reading kernels see (``strided_``)
     against eager, on ``inputs`` and then on each of ``more_inputs`` (with
     the same compiled function: other sizes exercise a ``dynamic`` graph).
@@ -137,9 +139,10 @@ def compile_and_compare(
     ``torch._dynamo.mark_dynamic``. Returns the captured graphs and the report."""
     cap = Capture()
     torch._dynamo.reset()
-    with inductor_config.patch(
-        {"post_grad_custom_post_pass": cap, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
-    ):
+    hooks: dict[str, Any] = {"post_grad_custom_post_pass": cap}
+    if pre_pass:
+        hooks["joint_custom_pre_pass"] = fxrewrite.pre_pass
+    with inductor_config.patch({**hooks, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}):
         compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
         for args in (inputs, *more_inputs):
             eager_in = _clone_all(args)

@@ -171,7 +171,8 @@ fn realized(p: &Plan) -> Vec<NodeId> {
 /// after the in-place call would read the new value. Every reader of the
 /// written memory that stands before the call, moved there or already there,
 /// is marked to be computed where it stands; readers of other memory and
-/// readers after the last write are not.
+/// readers after the last write are not. The written buffer is marked
+/// too: a view of it must lower to a view of a buffer, not to a copy.
 #[test]
 fn readers_before_an_in_place_write_are_realized_where_they_stand() {
     let mut b = B::new();
@@ -189,8 +190,8 @@ fn readers_before_an_in_place_write_are_realized_where_they_stand() {
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced]);
     assert_eq!(moves(&p), [(moved, af)]);
-    assert_eq!(realized(&p), [early, moved]);
-    assert_eq!(p.report.realized, 2);
+    assert_eq!(realized(&p), [buf, early, moved]);
+    assert_eq!(p.report.realized, 3);
     check_structure(&g, &p).unwrap();
     same_results(&g, &p).unwrap();
 }
@@ -476,29 +477,72 @@ fn v1_op_on_each_row_through_select_scatter_chains() {
     assert_eq!(inserted_aten(&p, "aten::clone.default"), 0);
 }
 
-#[test]
-fn v1_two_written_args_on_one_slice_clone_one() {
+/// The pre pass's record of alias groups, as the encoder passes it.
+fn record(groups: &[&[&str]]) -> (&'static str, Value) {
+    (
+        fxrewrite::forms::call::ALIAS_GROUPS,
+        Value::List(
+            groups
+                .iter()
+                .map(|g| Value::List(g.iter().map(|s| Value::Str((*s).into())).collect()))
+                .collect(),
+        ),
+    )
+}
+
+/// `rot(q=sl, k=sl)`: one slice of a matmul result (or, with `input`, of a
+/// graph input the graph never writes back) in both written slots, with the
+/// pre pass's record `groups`.
+fn two_written_on_one_slice(groups: Option<&[&[&str]]>, input: bool) -> (Graph, [NodeId; 3]) {
     let mut b = B::new();
     let a = b.input("a", Some(meta(&[3, 8])));
     let wq = b.input("wqkv", Some(meta(&[8, 16])));
     let cos = b.input("cos", Some(meta(&[3, 4])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])));
+    let x = b.input("x", Some(meta(&[3, 16])));
+    let mm = if input {
+        x
+    } else {
+        b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])))
+    };
     let sl = b.call_meta(
         &slice_op(),
         vec![n(mm), Value::Int(1), Value::Int(0), Value::Int(4)],
         Some(strided_meta(&[3, 4], &[16, 1], 0)),
     );
-    let af = b.v1(&rot_op(), vec![("q", n(sl)), ("k", n(sl)), ("cos", n(cos))]);
+    let mut kwargs = vec![("q", n(sl)), ("k", n(sl)), ("cos", n(cos))];
+    kwargs.extend(groups.map(record));
+    let af = b.v1(&rot_op(), kwargs);
     let g1 = b.getitem(af, 1);
     let g2 = b.getitem(af, 2);
-    let g = b.output(&[g1, g2]);
+    (b.output(&[g1, g2]), [sl, g1, g2])
+}
+
+#[test]
+fn v1_two_written_args_on_one_slice_need_the_record() {
+    // No record: the sharing could be the user's or a deleted clone's.
+    let (g, _) = two_written_on_one_slice(None, false);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Left]);
+    let reason = p.report.decisions[0].reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with("arguments `q` and `k` share memory"),
+        "{reason}"
+    );
+    // The program passed one tensor twice: in place, both results the slice.
+    let (g, [sl, g1, g2]) = two_written_on_one_slice(Some(&[&["q", "k"], &["cos"]]), false);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced]);
+    assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(sl)));
+    assert_eq!(replaced_with(&p, g2), Some(ValueRef::Old(sl)));
+    // The program passed a tensor and its clone: `k` gets a memory of its own.
+    let (g, [sl, g1, g2]) = two_written_on_one_slice(Some(&[&["q"], &["k"], &["cos"]]), false);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Cloned]);
     let d = &p.report.decisions[0];
     assert_eq!(d.clones.len(), 1);
     assert_eq!(d.clones[0].arg, "k");
     assert!(
-        d.clones[0].reason.contains("shares memory"),
+        d.clones[0].reason.starts_with("written `q` shares memory with it in the graph as it arrives, but did not in the program"),
         "{}",
         d.clones[0].reason
     );
@@ -508,37 +552,92 @@ fn v1_two_written_args_on_one_slice_clone_one() {
 }
 
 #[test]
-fn written_buffer_also_read_is_cloned() {
+fn v1_two_written_args_on_one_memory_that_must_be_cloned_share_one_clone() {
+    // A graph input never written back cannot be written: one copy serves
+    // both slots, so the kernel still sees them as one memory.
+    let (g, [_, g1, g2]) = two_written_on_one_slice(Some(&[&["q", "k"], &["cos"]]), true);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned]);
+    let d = &p.report.decisions[0];
+    assert_eq!(d.clones.len(), 1, "{:?}", d.clones);
+    assert!(
+        d.clones[0].reason.contains("one copy also serves `k`"),
+        "{}",
+        d.clones[0].reason
+    );
+    assert_eq!(inserted_aten(&p, "aten::clone.default"), 1);
+    let call = inserted_calls(&p)[0];
+    assert_eq!(call.1[0], call.1[1], "q and k are one value: {:?}", call.1);
+    assert_eq!(replaced_with(&p, g1), replaced_with(&p, g2));
+}
+
+/// `rms(out=mm, x=mm)` on a matmul result, v2 or v1, with the record `groups`.
+fn written_and_read_on_one_buffer(v2: bool, groups: Option<&[&[&str]]>, input: bool) -> Graph {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let buf = if input {
+        x
+    } else {
+        b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])))
+    };
+    let mut kwargs = if v2 {
+        vec![
+            ("_out_base_index", Value::Int(0)),
+            ("x", n(buf)),
+            ("w", n(w)),
+            ("_all_bases", nodes(&[buf])),
+        ]
+    } else {
+        vec![("out", n(buf)), ("x", n(buf)), ("w", n(w))]
+    };
+    kwargs.extend(groups.map(record));
+    let af = if v2 {
+        b.v2(&rms_op(), kwargs)
+    } else {
+        b.v1(&rms_op(), kwargs)
+    };
+    let g1 = b.getitem(af, 1);
+    b.output(&[g1])
+}
+
+#[test]
+fn written_buffer_also_read_keeps_or_splits_the_sharing_as_recorded() {
     for v2 in [true, false] {
-        let mut b = B::new();
-        let a = b.input("a", Some(meta(&[4, 8])));
-        let m = b.input("m", Some(meta(&[8, 8])));
-        let w = b.input("w", Some(meta(&[8])));
-        let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-        let af = if v2 {
-            b.v2(
-                &rms_op(),
-                vec![
-                    ("_out_base_index", Value::Int(0)),
-                    ("x", n(buf)),
-                    ("w", n(w)),
-                    ("_all_bases", nodes(&[buf])),
-                ],
-            )
-        } else {
-            b.v1(&rms_op(), vec![("out", n(buf)), ("x", n(buf)), ("w", n(w))])
-        };
-        let g1 = b.getitem(af, 1);
-        let g = b.output(&[g1]);
+        let g = written_and_read_on_one_buffer(v2, None, false);
+        let p = planned(&g);
+        assert_eq!(actions(&p), [Action::Left], "v2={v2}");
+        // The user passed one tensor twice: in place.
+        let g = written_and_read_on_one_buffer(v2, Some(&[&["out", "x"], &["w"]]), false);
+        assert_eq!(actions(&planned(&g)), [Action::Reinplaced], "v2={v2}");
+        // A clone was deleted: split.
+        let g = written_and_read_on_one_buffer(v2, Some(&[&["out"], &["x"], &["w"]]), false);
         let p = planned(&g);
         assert_eq!(actions(&p), [Action::Cloned], "v2={v2}");
         let note = &p.report.decisions[0].clones[0];
         assert!(
-            note.reason.contains("read argument `mm`"),
+            note.reason.starts_with("read argument `x` shares memory"),
             "v2={v2}: {}",
             note.reason
         );
         assert_eq!(inserted_aten(&p, "aten::clone.default"), 1);
+        // Shared, on an input that must not change: one copy for both.
+        let g = written_and_read_on_one_buffer(v2, Some(&[&["out", "x"], &["w"]]), true);
+        let p = planned(&g);
+        assert_eq!(actions(&p), [Action::Cloned], "v2={v2}");
+        assert_eq!(inserted_aten(&p, "aten::clone.default"), 1, "v2={v2}");
+        let call = inserted_calls(&p)[0];
+        let written = match (&call.1[0], v2) {
+            (PlanArg::Ref(r), _) => *r,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            call.1[1],
+            PlanArg::Ref(written),
+            "v2={v2}: x is made from the copy"
+        );
     }
 }
 
@@ -2037,7 +2136,7 @@ fn in_place_call_writing_an_input_and_a_buffer_keeps_them_apart() {
 }
 
 mod props {
-    use super::random::{build, step};
+    use super::random::{add_alias_records, build, step};
     use super::*;
     use proptest::prelude::*;
 
@@ -2056,8 +2155,13 @@ mod props {
             steps in prop::collection::vec(step(), 0..14),
             outputs in any::<u64>(),
             with_meta in any::<bool>(),
+            records in any::<u64>(),
         ) {
-            let g = build(&steps, outputs, with_meta);
+            let mut g = build(&steps, outputs, with_meta);
+            // Half the graphs carry the pre pass's records of alias groups.
+            if records & 1 == 1 {
+                add_alias_records(&mut g, records);
+            }
             let p = plan(&g).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let again = plan(&g.clone()).unwrap();
             prop_assert_eq!(&p, &again);
@@ -2113,7 +2217,8 @@ fn random_graphs_exercise_moved_readers() {
     let (mut cases, mut with_moves) = (0, 0);
     for _ in 0..512 {
         let (steps, outputs, with_meta) = strategy.new_tree(&mut runner).unwrap().current();
-        let g = random::build(&steps, outputs, with_meta);
+        let mut g = random::build(&steps, outputs, with_meta);
+        random::add_alias_records(&mut g, outputs);
         let p = plan(&g).unwrap();
         cases += 1;
         if !moves(&p).is_empty() {

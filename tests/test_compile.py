@@ -125,15 +125,6 @@ def test_chain_of_mutations_on_graph_input(v2):
     assert r.reinplaced == 3 and r.clones == []
 
 
-def test_written_arg_sharing_memory_with_read_arg(v2):
-    def f(x):
-        y = x * 2
-        torch.ops.fxr_test.add_into(y, y, y)  # op(y, y): reads what it writes
-        return y
-
-    compile_and_compare(f, torch.randn(4, 8), v2=v2)
-
-
 def test_report_and_public_surface():
     assert fxrewrite.pass_.uuid() is not None
     assert fxrewrite.Pass(strict=True).uuid() != fxrewrite.Pass(strict=False).uuid()
@@ -402,62 +393,12 @@ def test_nested_compile_region_that_mutates_its_argument_is_explained(v2):
     assert all("invoke_subgraph" in (d.reason or "") for d in report.left)
 
 
-@torch.library.custom_op("fxr_test::shift_add", mutates_args=("out",))
-def shift_add(out: torch.Tensor, x: torch.Tensor) -> None:
-    # Writes row by row while reading the row before: on aliased memory it
-    # computes something else (a running sum), like a real streaming kernel.
-    for i in range(x.shape[0]):
-        out[i] = x[i] + (x[i - 1] if i > 0 else 0)
-
-
 def _compile_with(fn, args, passes, v2):
     torch._dynamo.reset()
     with torch._inductor.config.patch(
         {**passes, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
     ):
         return torch.compile(fn)(*args)
-
-
-def test_user_aliased_read_and_write_need_no_clone_with_the_pre_pass(v2):
-    # `add_into(y, y, a)`: the user passes the same memory as read and written
-    # argument; eager runs the kernel on it, so in place matches eager. Only
-    # the pre pass, which runs before remove_noop_ops, can tell this from
-    # aliasing that remove_noop_ops made.
-    def f(a):
-        y = a * 2
-        torch.ops.fxr_test.add_into(y, y, a)
-        return y
-
-    a = torch.randn(4, 8)
-    expected = f(a)
-    without = fxrewrite.Pass(strict=True)
-    torch.testing.assert_close(_compile_with(f, (a,), {"post_grad_custom_post_pass": without}, v2), expected)
-    assert without.last_report is not None and len(without.last_report.clones) == 1
-    assert "shares memory" in without.last_report.clones[0].reason
-    ours = fxrewrite.Pass(strict=True)
-    passes = {"joint_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
-    torch.testing.assert_close(_compile_with(f, (a,), passes, v2), expected)
-    assert ours.last_report is not None and ours.last_report.clones == []
-
-
-def test_aliasing_made_by_remove_noop_ops_is_cloned_even_with_the_pre_pass(v2):
-    # pytorch#198031: the user's clone is removed by remove_noop_ops, so the
-    # kernel would get the memory it writes as its input. Inductor alone runs
-    # it in place and gets the running sum; fxrewrite keeps the copy.
-    def f(a):
-        t = a * 2
-        y = t.clone()
-        torch.ops.fxr_test.shift_add(y, t)
-        return y
-
-    a = torch.randn(5, 3)
-    expected = f(a)
-    ours = fxrewrite.Pass(strict=True)
-    passes = {"joint_custom_pre_pass": fxrewrite.pre_pass, "post_grad_custom_post_pass": ours}
-    torch.testing.assert_close(_compile_with(f, (a,), passes, v2), expected)
-    assert ours.last_report is not None and len(ours.last_report.clones) == 1
-    inductor_alone = _compile_with(f, (a,), {}, v2)
-    assert not torch.allclose(inductor_alone, expected)
 
 
 class _MetaCheck(torch._inductor.custom_graph_pass.CustomGraphPass):

@@ -3,7 +3,10 @@
 Use it in a compile::
 
     import torch, fxrewrite
-    torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_
+    fxrewrite.install()     # both hooks: the pre pass and the rewrite
+
+(``torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_``
+alone also works: it leaves calls whose arguments share memory to Inductor.)
 
 or directly on a post-grad graph::
 
@@ -31,6 +34,7 @@ from .report import CloneNote, Decision, Report
 if TYPE_CHECKING:
     from .fxir import load, save
     from .inductor_pass import ComposedPass, Pass, compose, pass_
+    from .install import Installation, install
     from .pipeline import rewrite
     from .pre_pass import PrePass, pre_pass
 
@@ -43,6 +47,8 @@ _LAZY = {
     "ComposedPass": "inductor_pass",
     "Pass": "inductor_pass",
     "compose": "inductor_pass",
+    "install": "install",
+    "Installation": "install",
     "pass_": "inductor_pass",
     "rewrite": "pipeline",
     "PrePass": "pre_pass",
@@ -57,6 +63,7 @@ __all__ = [
     "Decision",
     "FileFormatError",
     "FxrewriteError",
+    "Installation",
     "InternalError",
     "InvalidGraphError",
     "Pass",
@@ -65,6 +72,7 @@ __all__ = [
     "UnsupportedGraphError",
     "__version__",
     "compose",
+    "install",
     "load",
     "pass_",
     "pre_pass",

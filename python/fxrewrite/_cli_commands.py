@@ -25,8 +25,8 @@ from ._cli_io import (
 from .report import Report
 
 
-def _plan(g: _core.Graph) -> tuple[_core.Plan, Report]:
-    plan = g.plan()
+def _plan(args: argparse.Namespace, g: _core.Graph) -> tuple[_core.Plan, Report]:
+    plan = g.plan(args.leave)
     return plan, Report.from_engine(json.loads(plan.report_json()))
 
 
@@ -41,7 +41,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     for f in files:
         g = _load(args, f)
         summary = json.loads(g.inspect_json())
-        _, report = _plan(g)
+        _, report = _plan(args, g)
         info = _info(g)
         mutated = summary["mutated_inputs"] or [m for m in info.get("mutated_inputs", "").split(",") if m]
         rows.append(
@@ -110,7 +110,7 @@ def _decision_lines(d: Any) -> list[str]:
 def _cmd_explain(args: argparse.Namespace) -> int:
     f = _one_file(args)
     g = _load(args, f)
-    _, report = _plan(g)
+    _, report = _plan(args, g)
     decisions = report.decisions
     if args.node:
         decisions = [d for d in decisions if d.node == args.node]
@@ -145,7 +145,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _cmd_rewrite(args: argparse.Namespace) -> int:
     f = _one_file(args)
     g = _load(args, f)
-    rewritten, plan = g.rewritten()
+    rewritten, plan = g.rewritten(args.leave)
     report = Report.from_engine(json.loads(plan.report_json()))
     info = [*g.info, ("rewritten_by", "fxrewrite")]
     _write_output(args.output, rewritten.write(info))
@@ -174,7 +174,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     progress = _Progress(len(files), "check")
     remaining = []
     for f in files:
-        _, report = _plan(_load(args, f))
+        _, report = _plan(args, _load(args, f))
         for d in report.left:
             remaining.append({"file": str(f), "node": d.node, "op": d.op, "form": d.form, "reason": d.reason})
         progress.step(str(f))

@@ -7,10 +7,14 @@ from typing import Any, final
 
 __version__: str
 
-#: The IR-only keyword of an auto_functionalized node listing the read
-#: arguments that shared memory with a written one before Inductor's
-#: ``remove_noop_ops`` (recorded by ``fxrewrite.pre_pass``).
-USER_ALIASED_READS: str
+#: The IR-only keyword of an auto_functionalized node holding the alias
+#: groups ``fxrewrite.pre_pass`` recorded before Inductor's cleanups: lists
+#: of slot labels (``out``, ``xs[1]``) that shared one storage.
+ALIAS_GROUPS: str
+
+#: Every IR-only keyword (the alias groups, and an earlier build's record,
+#: which is read and ignored): never passed to the FX node.
+IR_ONLY_KWARGS: tuple[str, ...]
 
 #: The wire codes of the encoder, the conversion and the ``.fxir`` format,
 #: by table (``opcode``, ``target_kind``, ``arg_type``, ``value_tag``,
@@ -18,7 +22,8 @@ USER_ALIASED_READS: str
 WIRE_CODES: dict[str, dict[str, int]]
 
 __all__ = [
-    "USER_ALIASED_READS",
+    "ALIAS_GROUPS",
+    "IR_ONLY_KWARGS",
     "WIRE_CODES",
     "FileFormatError",
     "FxrewriteError",
@@ -130,15 +135,21 @@ class Graph:
     def show(self) -> str:
         """The graph in the text form ``print(torch.fx.Graph)`` uses."""
 
-    def rewritten(self) -> tuple[Graph, Plan]:
-        """Plans and applies the rewrite in Rust (GIL released): the rewritten graph and the plan.
+    def rewritten(self, leave: list[str] | None = None) -> tuple[Graph, Plan]:
+        """Plans and applies the rewrite in Rust (GIL released): the rewritten
+        graph and the plan; ``leave`` as for ``plan``.
 
         Raises:
             InternalError: the plan did not fit the graph (a bug; nothing is returned).
         """
 
-    def plan(self) -> Plan:
-        """Plans the rewrite (GIL released)."""
+    def plan(self, leave: list[str] | None = None) -> Plan:
+        """Plans the rewrite (GIL released).
+
+        Arguments:
+            leave: operators always left to Inductor, as ``ns::name`` (every
+                overload) or ``ns::name.overload``.
+        """
 
     def apply_fx(self, plan: Plan, fx_graph: Any, nodes: list[Any], targets: list[Any]) -> list[Any]:
         """Applies ``plan``, made from this graph, to ``fx_graph``, the live

@@ -9,7 +9,7 @@ Exit codes: 0 success; 1 ``check`` found nodes that would remain (or ``demo``
 disagreed with eager); 2 bad usage or unreadable input (one line on stderr,
 never a traceback).
 
-The options every verb shares (``--json``, ``--import``, ``--max-size``) go
+The options every verb shares (``--json``, ``--import``, ``--leave``, ``--max-size``) go
 before or after the verb. Only regular files are read, each up to a size
 limit checked before reading; inside directories, entries that cannot be read
 that way are skipped with a warning.
@@ -29,6 +29,7 @@ from . import _core
 from ._cli_commands import _cmd_check, _cmd_demo, _cmd_explain, _cmd_inspect, _cmd_rewrite, _cmd_show
 from ._cli_io import EXIT_OK, EXIT_REMAIN, EXIT_USAGE, UsageError
 from .fxir import DEFAULT_MAX_FILE_SIZE, MAX_FILE_SIZE_ENV, format_size, max_file_size, parse_size, reason_of
+from .leave import LEAVE_ENV, leave_from_env, op_names
 
 __all__ = ["EXIT_OK", "EXIT_REMAIN", "EXIT_USAGE", "UsageError", "build_parser", "main"]
 
@@ -42,8 +43,10 @@ EPILOG = """examples:
   fxrewrite show g.fxir                        the graph as FX prints it, for diffing
   fxrewrite check graphs/ || echo "auto_functionalized nodes would remain"
   fxrewrite --import mylib inspect model.pt2   a torch.export archive calling operators of mylib
+  fxrewrite explain g.fxir --leave _C::rotary_embedding
+                                               as the pass would with Pass(leave=...) or FXREWRITE_LEAVE
 
---json, --import and --max-size work before or after the command. Only
+--json, --import, --leave and --max-size work before or after the command. Only
 regular files are read (a symlink to one is followed), each up to the size
 limit (default 4 GiB; --max-size or FXREWRITE_MAX_FILE_SIZE, e.g. 512M, 8G).
 A file named on the command line that cannot be read that way is an error
@@ -96,6 +99,15 @@ def _add_shared(p: argparse.ArgumentParser, *, prefix: str, reads: bool) -> None
         default=[],
         metavar="MODULE",
         help="import MODULE first (the library defining the graph's custom operators; needed for .pt2)",
+    )
+    p.add_argument(
+        "--leave",
+        dest=f"{prefix}leave",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="always leave operator OP to Inductor (ns::name or ns::name.overload; repeatable; added to "
+        f"{LEAVE_ENV}): for a kernel that breaks its own schema, e.g. writes outside the view it is given",
     )
     p.add_argument(
         "--max-size",
@@ -235,6 +247,10 @@ def _merge_shared(args: argparse.Namespace) -> None:
     typed, then ``FXREWRITE_MAX_FILE_SIZE``, then the default."""
     args.json = bool(getattr(args, "json", False) or args.top_json)
     args.imports = [*args.top_imports, *getattr(args, "imports", [])]
+    try:
+        args.leave = sorted({*op_names([*args.top_leave, *getattr(args, "leave", [])]), *leave_from_env()})
+    except ValueError as e:
+        raise UsageError(f"--leave: {e}") from e
     size = getattr(args, "max_size", None)
     if size is None:
         size = args.top_max_size

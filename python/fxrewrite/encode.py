@@ -178,22 +178,25 @@ def encode(
     return Encoded(native, nodes, targets)
 
 
-#: The pre pass's ``node.meta`` key (``fxrewrite.pre_pass``); the reader
-#: carries it to the engine as the IR-only keyword ``_core.USER_ALIASED_READS``.
-USER_ALIASED_META = "fxrewrite_user_aliased_reads"
+#: The pre pass's ``node.meta`` key (``fxrewrite.pre_pass``): the alias
+#: groups of an auto_functionalized node, a tuple of tuples of slot labels.
+#: The reader carries it to the engine as the IR-only keyword
+#: ``_core.ALIAS_GROUPS``.
+ALIAS_GROUPS_META = "fxrewrite_alias_groups"
 
 
-def user_aliased_reads(n: torch.fx.Node) -> list[str]:
-    """The read arguments the pre pass saw aliased with a written one and
-    that still hold the same nodes; a later pass that changed an argument
-    voids its record."""
-    names = []
-    for arg, recorded in n.meta[USER_ALIASED_META].items():
-        value = n.kwargs.get(arg)
-        nodes = value if isinstance(value, list | tuple) else [value]
-        if tuple(getattr(x, "name", None) for x in nodes) == tuple(recorded):
-            names.append(arg)
-    return names
+def alias_groups(n: torch.fx.Node) -> list[list[str]] | None:
+    """The alias groups the pre pass recorded on ``n``, or None when the
+    record is not a tuple of tuples of labels (then nothing is attributed)."""
+    record = n.meta.get(ALIAS_GROUPS_META)
+    if not isinstance(record, list | tuple):
+        return None
+    groups = []
+    for g in record:
+        if not isinstance(g, list | tuple) or not all(isinstance(s, str) for s in g):
+            return None
+        groups.append(list(g))
+    return groups
 
 
 def operands_need_meta(target: Any) -> bool:

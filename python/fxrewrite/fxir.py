@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
-from ._core import USER_ALIASED_READS as USER_ALIASED_KWARG
-from ._core import FileFormatError, FxrewriteError
+from ._core import ALIAS_GROUPS, IR_ONLY_KWARGS, FileFormatError, FxrewriteError
 
 SUFFIX = ".fxir"
 EXPORT_SUFFIXES = (".pt2",)
@@ -426,8 +425,13 @@ def load(path: str | os.PathLike[str]) -> Any:
             target = targets[tid][0]
         # The pre pass's record travels in the IR as a keyword; on the FX node
         # it is metadata again (an auto_functionalized node takes no such kwarg).
-        fx_kwargs = {k: value(v) for k, v in kwargs if k != USER_ALIASED_KWARG}
+        fx_kwargs = {k: value(v) for k, v in kwargs if k not in IR_ONLY_KWARGS}
         n = graph.create_node(op, target, tuple(value(a) for a in args), fx_kwargs, name=name)
+        groups = next((v for k, v in kwargs if k == ALIAS_GROUPS), None)
+        if groups is not None:
+            from .encode import ALIAS_GROUPS_META
+
+            n.meta[ALIAS_GROUPS_META] = tuple(tuple(g) for g in value(groups))
         made.append(n)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -22,6 +22,7 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import _core
+from .leave import leave_from_env, op_names
 from .pipeline import rewrite_tracking_changes, strict_from_env
 from .report import Report
 
@@ -214,13 +215,23 @@ class Pass(CustomGraphPass):
     Arguments:
         strict: raise instead of leaving nodes (or the whole graph) to Inductor.
             Defaults to the ``FXREWRITE_STRICT`` environment switch.
+        leave: operators always left to Inductor (``torch.ops.ns.op``, an
+            overload, a ``torch.library.custom_op`` object, or a name
+            ``"ns::op"`` / ``"ns::op.overload"``), added to those
+            ``FXREWRITE_LEAVE`` names: the escape hatch for a kernel that
+            breaks its own schema (writes outside the view it is given).
+            Strict mode does not raise for them.
 
     ``last_report`` holds the report of the most recent graph (per pass
     object; concurrent compiles may interleave, so prefer ``reports``).
+
+    Raises:
+        ValueError: an entry of ``leave`` is not an operator.
     """
 
-    def __init__(self, *, strict: bool | None = None) -> None:
+    def __init__(self, *, strict: bool | None = None, leave: Sequence[Any] = ()) -> None:
         self.strict = strict
+        self.leave = op_names(leave)
         self.last_report: Report | None = None
         self.reports: list[Report] = []
 
@@ -232,7 +243,7 @@ class Pass(CustomGraphPass):
         native = _native_before(graph, save_dir, stem)
         # Shows up in torch's compile-time accounting (tlparse, compile events).
         with _timed("fxrewrite_pass"):
-            report, changed = rewrite_tracking_changes(graph, strict=self._strict())
+            report, changed = rewrite_tracking_changes(graph, strict=self._strict(), leave=self.leave)
             if changed:
                 _mark_fake_tensors_current(graph, changed)
         if save_dir:
@@ -258,6 +269,7 @@ class Pass(CustomGraphPass):
             _core.engine_fingerprint(),
             _native_build_id(),
             f"strict={self._strict()}",
+            "leave=" + ",".join(sorted({*self.leave, *leave_from_env()})),
         ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 

@@ -6,11 +6,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import torch.fx
 
 from . import _core
 from .encode import encode, is_auto_functionalized
+from .leave import leave_from_env, op_names
 from .report import Report
 
 log = logging.getLogger("fxrewrite")
@@ -21,29 +24,35 @@ def strict_from_env() -> bool:
     return os.environ.get("FXREWRITE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def rewrite(graph: torch.fx.Graph, *, strict: bool | None = None) -> Report:
+def rewrite(
+    graph: torch.fx.Graph, *, strict: bool | None = None, leave: Iterable[Any] | None = None
+) -> Report:
     """Rewrites every auto_functionalized node of ``graph`` in place and
     returns the report.
 
     Nodes the engine cannot handle are left untouched (and reported); any
     failure leaves the whole graph exactly as it was, logs a warning and
     returns a report with ``error`` set. With ``strict`` (or
-    ``FXREWRITE_STRICT=1``) both raise instead.
+    ``FXREWRITE_STRICT=1``) both raise instead. The operators in ``leave``
+    (and in ``FXREWRITE_LEAVE``) are always left to Inductor; strict mode
+    does not raise for them.
 
     Raises:
         UnsupportedGraphError: strict mode, and a node was left untouched.
         FxrewriteError: strict mode, and the rewrite failed.
+        ValueError: ``leave`` or ``FXREWRITE_LEAVE`` names no operator.
     """
-    return rewrite_tracking_changes(graph, strict=strict)[0]
+    return rewrite_tracking_changes(graph, strict=strict, leave=leave)[0]
 
 
 def rewrite_tracking_changes(
-    graph: torch.fx.Graph, *, strict: bool | None = None
+    graph: torch.fx.Graph, *, strict: bool | None = None, leave: Iterable[Any] | None = None
 ) -> tuple[Report, list[torch.fx.Node]]:
     """``rewrite``, also returning the nodes whose FX hash (node, target,
     arguments) the rewrite changed: the nodes it created and the users it
     re-pointed. Every other node keeps its hash."""
     strict = strict_from_env() if strict is None else strict
+    left_ops = sorted({*op_names(leave or ()), *leave_from_env()})
     t0 = time.perf_counter()
     if not any(is_auto_functionalized(n) for n in graph.nodes):
         return Report(nodes=len(graph.nodes), timings={"total": time.perf_counter() - t0}), []
@@ -51,7 +60,7 @@ def rewrite_tracking_changes(
         enc = encode(graph, meta_mode="operands")
         t1 = time.perf_counter()
         native = enc.native
-        plan = native.plan()
+        plan = native.plan(left_ops)
         t2 = time.perf_counter()
         report = Report.from_engine(json.loads(plan.report_json()))
         if strict:
@@ -75,10 +84,35 @@ def rewrite_tracking_changes(
         "apply": t3 - t2,
         "total": time.perf_counter() - t0,
     }
+    unattributed = [d for d in report.left if d.cause == "unattributed_sharing"]
     for d in report.left:
-        log.warning("fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
+        level = logging.INFO if d in unattributed or d.cause == "requested" else logging.WARNING
+        log.log(level, "fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
+    if unattributed:
+        _warn_once_about_the_pre_pass(unattributed)
     log.info("%s", report.summary())
     return report, changed
+
+
+_warned_about_the_pre_pass = False
+
+
+def _warn_once_about_the_pre_pass(nodes: list[Any]) -> None:
+    """One warning per process: the fix is one line, and a decoder repeats
+    the same call in every layer."""
+    global _warned_about_the_pre_pass
+    if _warned_about_the_pre_pass:
+        return
+    _warned_about_the_pre_pass = True
+    log.warning(
+        "fxrewrite left %d call(s) to Inductor (first: %s, %s) because their arguments share memory and "
+        "nothing recorded whether the program shared it or Inductor's remove_noop_ops made it by deleting "
+        "a clone (pytorch#198031). Install the pre pass that records it: fxrewrite.install() (or "
+        "torch._inductor.config.joint_custom_pre_pass = fxrewrite.pre_pass). This warning is shown once.",
+        len(nodes),
+        nodes[0].node,
+        nodes[0].op,
+    )
 
 
 def _add_sources(graph: torch.fx.Graph, report: Report) -> None:

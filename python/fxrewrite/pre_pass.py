@@ -1,21 +1,22 @@
-"""The optional companion pass that runs *before* Inductor's first
-``remove_noop_ops`` (``torch._inductor.config.joint_custom_pre_pass =
-fxrewrite.pre_pass``: the joint graph passes already remove no-ops, before
-any post-grad pass runs).
+"""The companion pass that runs *before* Inductor's first ``remove_noop_ops``
+(``torch._inductor.config.joint_custom_pre_pass = fxrewrite.pre_pass``; the
+joint graph passes already remove no-ops, before any post-grad pass runs).
+``fxrewrite.install()`` sets it together with the main pass.
 
-Why it exists: by the time the main pass runs, Inductor's ``remove_noop_ops``
-has deleted copies the user wrote (``y = x.clone(); op(out=y, x=x)`` reaches
-the post pass as ``op(out=x, x=x)``). A read argument that shares memory with a
-written one then looks the same whether the user passed aliased memory
-(``op(out, out)``: eager ran the kernel on it, so in place is exact) or the
-aliasing was made by ``remove_noop_ops`` (in place would feed the kernel
-memory it is writing, which eager never did; pytorch#198031). Without this
-pass fxrewrite clones in both cases; with it, only in the second.
+Why it exists: the kernel of a call must see exactly the memory sharing
+eager's call saw, and by the time the main pass runs that can no longer be
+read off the graph. Inductor's ``remove_noop_ops`` deletes copies the user
+wrote: ``y = x.clone(); op(out=y, x=x)`` reaches the post pass as
+``op(out=x, x=x)``, which looks exactly like a program that passed ``x``
+twice (pytorch#198031). In the first the kernel must get two memories, in the
+second one; a kernel that reads ``x`` after writing ``out`` tells them apart.
 
-It records, on each auto_functionalized node, the read arguments whose
-tensors already share storage with a written argument, by argument and node
-name. The main pass trusts a record only while the argument still holds the
-same nodes.
+So this pass records, on each auto_functionalized node, its *alias groups*:
+the partition of the call's tensor slots (written and read arguments, one
+slot per list element, ``name`` or ``name[i]``) by the storage each held in
+the program as functionalized, before any cleanup. The main pass keeps every
+group's sharing and splits every sharing no group has; without a record it
+leaves a call whose arguments share memory to Inductor, never guessing.
 """
 
 from __future__ import annotations
@@ -27,57 +28,80 @@ import torch.fx
 from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-__all__ = ["META_KEY", "PrePass", "pre_pass", "record_user_aliasing"]
+__all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 
-from .encode import USER_ALIASED_META as META_KEY  # ``{read argument: (node names, ...)}``
+from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
 from .fx_meta import storage_of
 
 
-def _nodes(value: Any) -> list[torch.fx.Node]:
+def _tensor_slots(name: str, value: Any) -> list[tuple[str, torch.fx.Node]]:
+    """``(label, node)`` of each tensor node an argument holds."""
     if isinstance(value, torch.fx.Node):
-        return [value]
+        return [(name, value)]
     if isinstance(value, list | tuple):
-        return [n for v in value for n in _nodes(v)]
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value) if isinstance(v, torch.fx.Node)]
     return []
 
 
-def _storage(node: torch.fx.Node) -> int | None:
-    return storage_of(node.meta.get("val"))
+def _v2_written_slots(node: torch.fx.Node, name: str, is_list: bool) -> list[tuple[str, torch.fx.Node]]:
+    """The base each written element of a v2 node's argument ``name`` lives
+    in: v2 passes written tensors as views of ``_all_bases``."""
+    raw = node.kwargs.get("_all_bases")
+    bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
+    prefixes = [(name, f"_{name}")]
+    if is_list:
+        length = node.kwargs.get(f"_{name}_length")
+        prefixes = [(f"{name}[{i}]", f"_{name}_{i}") for i in range(length if isinstance(length, int) else 0)]
+    slots = []
+    for label, prefix in prefixes:
+        index = node.kwargs.get(f"{prefix}_base_index")
+        base = bases[index] if isinstance(index, int) and 0 <= index < len(bases) else None
+        if isinstance(base, torch.fx.Node):
+            slots.append((label, base))
+    return slots
 
 
-def _written_nodes(node: torch.fx.Node, schema: Any) -> list[torch.fx.Node]:
-    if node.target is auto_functionalized_v2:
-        return _nodes(node.kwargs.get("_all_bases"))
-    written: list[torch.fx.Node] = []
+def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
+    """The alias groups of one auto_functionalized node as the graph holds
+    it now, or None when a slot's storage is unknown (no fake value, a tensor
+    without storage): then no record is better than a wrong one."""
+    op = node.args[0] if node.args else None
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return None
+    v2 = node.target is auto_functionalized_v2
+    slots: list[tuple[str, torch.fx.Node]] = []
     for a in schema.arguments:
-        if a.alias_info is not None and a.alias_info.is_write:
-            written += _nodes(node.kwargs.get(a.name))
-    return written
+        written = a.alias_info is not None and a.alias_info.is_write
+        if written and v2:
+            slots += _v2_written_slots(node, a.name, isinstance(a.type, torch.ListType))
+        else:
+            slots += _tensor_slots(a.name, node.kwargs.get(a.name))
+    groups: dict[int, list[str]] = {}
+    for label, n in slots:
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue  # a SymInt or a constant: not memory
+        storage = storage_of(val)
+        if storage is None:
+            return None
+        groups.setdefault(storage, []).append(label)
+    return tuple(tuple(g) for g in groups.values())
 
 
-def record_user_aliasing(graph: torch.fx.Graph) -> int:
-    """Records on every auto_functionalized node of ``graph`` which read
-    arguments share storage with a written one; returns how many nodes got a
-    record."""
+def record_alias_groups(graph: torch.fx.Graph) -> int:
+    """Records the alias groups of every auto_functionalized node of
+    ``graph`` (``node.meta[META_KEY]``); returns how many nodes got one."""
     recorded = 0
     for node in graph.nodes:
         if node.op != "call_function" or node.target not in (auto_functionalized, auto_functionalized_v2):
             continue
-        op = node.args[0] if node.args else None
-        schema = getattr(op, "_schema", None)
-        if schema is None:
+        groups = alias_groups_of(node)
+        if groups is None:
+            node.meta.pop(META_KEY, None)
             continue
-        written = {s for s in map(_storage, _written_nodes(node, schema)) if s is not None}
-        aliased: dict[str, tuple[str, ...]] = {}
-        for a in schema.arguments:
-            if a.alias_info is not None and a.alias_info.is_write:
-                continue
-            nodes = _nodes(node.kwargs.get(a.name))
-            if nodes and any(_storage(n) in written for n in nodes):
-                aliased[a.name] = tuple(n.name for n in nodes)
-        if aliased:
-            node.meta[META_KEY] = aliased
-            recorded += 1
+        node.meta[META_KEY] = groups
+        recorded += 1
     return recorded
 
 
@@ -86,13 +110,13 @@ class PrePass(CustomGraphPass):
     node; it only records what the main pass needs."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        record_user_aliasing(graph)
+        record_alias_groups(graph)
 
     def uuid(self) -> str:
         # What it records changes the main pass's decisions, whose own uuid
         # covers the engine; this names the recording logic.
-        return "fxrewrite-pre-pass-1"
+        return "fxrewrite-pre-pass-2"
 
 
-#: The pre pass, ready for ``post_grad_custom_pre_pass``.
+#: The pre pass, ready for ``joint_custom_pre_pass``.
 pre_pass = PrePass()

@@ -32,6 +32,12 @@ class Decision:
     scatters_removed: int = 0
     reason: str | None = None
     source: str | None = None
+    #: For a node left: ``"unsupported"`` (the engine cannot rewrite it
+    #: safely), ``"unattributed_sharing"`` (its arguments share memory and
+    #: the pre pass recorded nothing: ``fxrewrite.install()``), or
+    #: ``"requested"`` (its operator is in ``Pass(leave=...)`` /
+    #: ``FXREWRITE_LEAVE``).
+    cause: str | None = None
 
 
 @dataclass
@@ -45,9 +51,10 @@ class Report:
     nodes: int = 0
     decisions: list[Decision] = field(default_factory=list)
     writebacks_removed: int = 0
-    #: Nodes marked to be computed where they stand, because an in-place call
-    #: after them writes memory they read (Inductor would otherwise compute
-    #: them lazily, after the write).
+    #: Nodes marked to be computed where they stand: readers of memory an
+    #: in-place call after them writes (Inductor would otherwise compute them
+    #: lazily, after the write), and computations an in-place call writes
+    #: through a view (a lazy view would reach the kernel as a copy).
     realized: int = 0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -67,6 +74,7 @@ class Report:
                 scatters_removed=d["scatters_removed"],
                 reason=d["reason"],
                 source=d["source"],
+                cause=d.get("cause"),
             )
             for d in data["decisions"]
         ]
@@ -134,7 +142,7 @@ class Report:
             f"fxrewrite: {self.found} auto_functionalized nodes: {self.reinplaced} re-inplaced, "
             f"{self.cloned} with clones ({len(self.clones)} clones, {self.bytes_copied} bytes), "
             f"{len(self.left)} left, {self.moved} readers moved, "
-            f"{self.writebacks_removed} write-backs removed, {self.realized} early readers realized"
+            f"{self.writebacks_removed} write-backs removed, {self.realized} nodes realized where they stand"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -178,6 +178,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         rule: &'static str,
+        sharing: &Sharing,
         clone: &[Option<CloneNote>],
         moved: &BTreeSet<NodeId>,
         chains: &[writeback::ScatterChain],
@@ -191,17 +192,9 @@ impl Context<'_> {
                 before: af,
             });
         }
-        // Buffers: the real one, or a clone.
-        let mut buf_val: Vec<ValueRef> = Vec::with_capacity(call.buffers.len());
-        for (bi, b) in call.buffers.iter().enumerate() {
-            let base = self.resolve(b.node);
-            if clone[bi].is_none() {
-                buf_val.push(base);
-                continue;
-            }
-            let v = self.exact_clone(af, base, b.node);
-            buf_val.push(ValueRef::New(v));
-        }
+        // Buffers: the real one, or one copy per unit, every member of the
+        // unit (written or read) made again from it.
+        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone);
         // Written arguments, regenerated on their buffers.
         let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
         for w in &call.written {
@@ -242,10 +235,7 @@ impl Context<'_> {
         let mut kwargs = Vec::new();
         for (name, kwarg_only, a) in &call.call_args {
             let pa = match a {
-                CallArg::Kwarg(k) => PlanArg::FromKwarg {
-                    node: af,
-                    key: k.clone(),
-                },
+                CallArg::Kwarg(k) => self.read_arg(call, k, &read_val),
                 CallArg::Written(w) => PlanArg::Ref(arg_val[*w]),
                 CallArg::WrittenList(items) => PlanArg::List(
                     items
@@ -284,8 +274,9 @@ impl Context<'_> {
                     event,
                 }
             } else {
+                // Results of one unit are one memory: one clone class.
                 Bind::Clone {
-                    key: (af, bi),
+                    key: (af, sharing.unit_buffers(bi).next().unwrap_or(bi)),
                     of: call.buffers[bi].node,
                 }
             }
@@ -393,10 +384,20 @@ impl Context<'_> {
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
                 self.writes.push((b.node, p));
+                self.in_place.push(b.node);
+            }
+        }
+        // Read slots that share the memory written in place: they must be
+        // views of the same buffer in Inductor's lowering too.
+        for &(r, u) in &sharing.unit_reads {
+            if let Some(b) = (0..call.buffers.len()).find(|&b| sharing.unit_of_buffer[b] == u) {
+                if clone[b].is_none() {
+                    self.in_place.push(call.read_nodes[r].1);
+                }
             }
         }
         let node = self.graph.node(af);
-        let clones: Vec<CloneNote> = clone.iter().flatten().cloned().collect();
+        let clones = self.unit_notes(call, sharing, clone, &unit_bytes);
         self.report.decisions.push(NodeReport {
             node: node.name.clone(),
             op: self.graph.targets[call.op.idx()].name.clone(),
@@ -414,6 +415,7 @@ impl Context<'_> {
             clones,
             scatters_removed,
             reason: None,
+            cause: None,
             source: node.source.clone(),
         });
     }
@@ -542,6 +544,7 @@ impl Context<'_> {
             clones: vec![],
             scatters_removed: 0,
             reason: None,
+            cause: None,
             source: node.source.clone(),
         });
         Outcome::Rewritten

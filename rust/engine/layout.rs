@@ -77,6 +77,7 @@ const REPLAYABLE_VIEWS: &[&str] = &[
     "aten::unfold.default",
     "aten::unsqueeze.default",
     "aten::view.default",
+    "aten::view.dtype",
 ];
 
 /// The `'static` name of a view operator a clone can replay.
@@ -175,7 +176,11 @@ impl Context<'_> {
 
     /// The callee and arguments that apply view node `v` (a view of `src`,
     /// its first argument) again, to another source.
-    fn replay_args(&self, v: NodeId, src: NodeId) -> std::result::Result<Replay, String> {
+    pub(super) fn replay_args(
+        &self,
+        v: NodeId,
+        src: NodeId,
+    ) -> std::result::Result<Replay, String> {
         let node = self.graph.node(v);
         if node.args.first() != Some(&crate::ir::Value::Node(src)) {
             return Err("its source is not its first argument".into());
@@ -189,10 +194,18 @@ impl Context<'_> {
                 None => return Err(format!("`{}` is not a view it replays", target.name)),
             }
         };
-        let mut args = Vec::new();
-        for a in &node.args[1..] {
-            args.push(self.plan_arg(a).ok_or_else(|| format!("argument {a}"))?);
-        }
+        // Constants with no plan argument of their own (a dtype) are read
+        // off the view node itself.
+        let args = node.args[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                self.plan_arg(a).unwrap_or(PlanArg::FromArg {
+                    node: v,
+                    index: i + 1,
+                })
+            })
+            .collect();
         let kwargs = node
             .kwargs
             .iter()
@@ -211,7 +224,7 @@ impl Context<'_> {
 
     /// An argument of an original node as a plan argument: integers, None,
     /// nodes (SymInts) and lists of them.
-    fn plan_arg(&self, a: &crate::ir::Value) -> Option<PlanArg> {
+    pub(super) fn plan_arg(&self, a: &crate::ir::Value) -> Option<PlanArg> {
         use crate::ir::Value;
         Some(match a {
             Value::Int(i) => PlanArg::Int(*i),

@@ -33,7 +33,8 @@ use crate::forms::FormCall;
 use crate::ir::validate::validate;
 use crate::ir::{Graph, NodeId, OpCode, TargetKind};
 use crate::plan::{
-    Action, Callee, CloneNote, Edit, MetaSource, NewId, NodeReport, Plan, PlanArg, Report, ValueRef,
+    Action, Callee, CloneNote, Edit, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg,
+    Report, ValueRef,
 };
 
 mod emit;
@@ -41,10 +42,13 @@ mod hazards;
 mod layout;
 mod mutation;
 mod realize;
+mod sharing;
 mod storage;
+mod unit_clone;
 mod writeback;
 
 use layout::{required_storage, strided_layout, CloneLayout, CloneSource};
+use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
@@ -90,6 +94,31 @@ pub enum Outcome {
     /// The node is left untouched, with the reason (reported, and an error in
     /// strict mode).
     Left(String),
+    /// The node is left untouched because its arguments share memory and no
+    /// record says whether the program shared it ([`LeftCause::UnattributedSharing`]).
+    Unattributed(String),
+}
+
+/// What the caller asks of a plan beyond the graph.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Operators always left to Inductor, by `ns::name` (every overload) or
+    /// `ns::name.overload`: the escape hatch for kernels that break their own
+    /// schema (write outside the view they are given, for one).
+    pub leave: Vec<String>,
+}
+
+impl PlanOptions {
+    /// True when `op` (`ns::name.overload`) is to be left.
+    #[must_use]
+    pub fn leaves(&self, op: &str) -> bool {
+        self.leave.iter().any(|l| {
+            op == l
+                || op
+                    .strip_prefix(l.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
+    }
 }
 
 /// The state of one planning walk.
@@ -152,6 +181,12 @@ pub struct Context<'g> {
     report: Report,
     /// Every buffer re-inplaced, with the position of the call writing it.
     writes: Vec<(NodeId, i64)>,
+    /// The tensors in-place calls get on their real memory (written
+    /// buffers, and read slots sharing them): their view sources are
+    /// realized (`realize.rs`).
+    in_place: Vec<NodeId>,
+    /// What the caller asked for.
+    options: PlanOptions,
 }
 
 /// Plans the rewrite of every auto_functionalized node of `graph`.
@@ -160,8 +195,17 @@ pub struct Context<'g> {
 /// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant. Nodes
 /// the rules cannot handle are not errors: they are reported as left alone.
 pub fn plan(graph: &Graph) -> Result<Plan> {
+    plan_with(graph, PlanOptions::default())
+}
+
+/// [`plan`], with the caller's [`PlanOptions`].
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(graph: &Graph, options: PlanOptions) -> Result<Plan> {
     validate(graph)?;
     let mut cx = Context::new(graph);
+    cx.options = options;
     cx.run();
     cx.realize_early_readers();
     Ok(cx.finish())
@@ -224,12 +268,14 @@ impl<'g> Context<'g> {
             storage_keys: HashMap::default(),
             next_event: 1,
             writes: Vec::new(),
+            in_place: Vec::new(),
             edits: Vec::new(),
             new_nodes: 0,
             report: Report {
                 nodes: n,
                 ..Report::default()
             },
+            options: PlanOptions::default(),
         }
     }
 
@@ -396,6 +442,12 @@ impl<'g> Context<'g> {
             _ => "<unknown>".into(),
         };
         let (rule, outcome) = match crate::forms::parse(self.graph, id) {
+            _ if self.options.leaves(&op_name) => (
+                "none",
+                Outcome::Left(format!(
+                    "{op_name} is left to Inductor on request (Pass(leave=...) or FXREWRITE_LEAVE)"
+                )),
+            ),
             Some((name, Ok(FormCall::Mutation(call)))) => {
                 let v1 = call.form == "v1";
                 (name, self.rewrite_mutation(&call, name, v1))
@@ -404,7 +456,14 @@ impl<'g> Context<'g> {
             Some((name, Err(reason))) => (name, Outcome::Left(reason)),
             None => ("none", Outcome::Left("no form reads this node".into())),
         };
-        if let Outcome::Left(reason) = outcome {
+        let requested = self.options.leaves(&op_name);
+        let left = match outcome {
+            Outcome::Rewritten => None,
+            Outcome::Left(reason) if requested => Some((reason, LeftCause::Requested)),
+            Outcome::Left(reason) => Some((reason, LeftCause::Unsupported)),
+            Outcome::Unattributed(reason) => Some((reason, LeftCause::UnattributedSharing)),
+        };
+        if let Some((reason, cause)) = left {
             let node = self.graph.node(id);
             self.report.decisions.push(NodeReport {
                 node: node.name.clone(),
@@ -416,6 +475,7 @@ impl<'g> Context<'g> {
                 clones: vec![],
                 scatters_removed: 0,
                 reason: Some(reason),
+                cause: Some(cause),
                 source: node.source.clone(),
             });
         }

@@ -27,6 +27,10 @@ impl Context<'_> {
                     .and_then(crate::ir::TensorMeta::nbytes)
             })
             .collect();
+        let sharing = match self.sharing(call, v1) {
+            Ok(s) => s,
+            Err(reason) => return Outcome::Unattributed(reason),
+        };
         let mut clone: Vec<Option<CloneNote>> = vec![None; nb];
         let mut moved: BTreeSet<NodeId> = BTreeSet::new();
         let mut chains: Vec<writeback::ScatterChain> = Vec::new();
@@ -40,64 +44,32 @@ impl Context<'_> {
                 None => groups.push((r, vec![b])),
             }
         }
-        // A read argument that aliased a written one in the user's program
-        // (`foo(out, out)`) keeps its aliasing: eager ran the kernel on it.
-        let read_roots: Vec<(usize, NodeId)> = call
-            .read_nodes
-            .iter()
-            .filter(|(name, _)| !call.user_aliased_reads.contains(name))
-            .map(|&(_, n)| (self.find(n), n))
-            .collect();
         // Buffers the call writes no element of: none of the reasons below
         // to clone applies to them (they still bind the call's results).
         let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
-        for (root, bufs) in groups {
-            let mut accepted: Vec<usize> = Vec::new();
-            for &b in &bufs {
-                let buf = &call.buffers[b];
-                let label = buf.label.clone();
-                if noop[b] {
-                    accepted.push(b);
-                } else if self.overlapping_view(buf.node) {
-                    clone[b] = Some(Self::plain_note(
-                        &label,
-                        "the written view may overlap itself (expand or zero stride)".into(),
-                        bytes[b],
-                    ));
-                } else if self
-                    .foreign
-                    .contains(&structural_root(&self.roles, buf.node))
-                {
-                    clone[b] = Some(Self::plain_note(
-                        &label,
-                        "the buffer is also written by another in-place operator".into(),
-                        bytes[b],
-                    ));
-                } else if let Some((_, rn)) = read_roots
-                    .iter()
-                    .find(|(rr, rn)| *rr == root && !self.read_is_disjoint(call, b, *rn))
-                {
-                    let rname = self.graph.node(*rn).name.clone();
-                    clone[b] = Some(Self::plain_note(
-                        &label,
-                        format!("read argument `{rname}` shares memory with it"),
-                        bytes[b],
-                    ));
-                } else if let Some(&other) = accepted.iter().find(|&&o| {
-                    !v1 || !self
-                        .geometry(call.buffers[o].node)
-                        .disjoint_from(&self.geometry(buf.node))
-                }) {
-                    let oname = call.buffers[other].label.clone();
-                    clone[b] = Some(Self::plain_note(
-                        &label,
-                        format!("shares memory with written `{oname}`"),
-                        bytes[b],
-                    ));
-                } else {
-                    accepted.push(b);
-                }
+        // Reasons that hold whatever the later readers: decided first, for
+        // whole units, so that the readers are weighed only for what stays.
+        for b in 0..nb {
+            let label = &call.buffers[b].label;
+            let why = if noop[b] {
+                None
+            } else if self.overlapping_view(call.buffers[b].node) {
+                Some("the written view may overlap itself (expand or zero stride)".to_string())
+            } else if self
+                .foreign
+                .contains(&structural_root(&self.roles, call.buffers[b].node))
+            {
+                Some("the buffer is also written by another in-place operator".to_string())
+            } else {
+                sharing.split[b].clone()
+            };
+            if let Some(why) = why {
+                clone[b] = Some(Self::plain_note(label, why, bytes[b]));
             }
+        }
+        clone_whole_units(&sharing, &mut clone);
+        for (root, bufs) in groups {
+            let accepted: Vec<usize> = bufs.into_iter().filter(|&b| clone[b].is_none()).collect();
             if accepted.is_empty() {
                 continue;
             }
@@ -220,7 +192,8 @@ impl Context<'_> {
                 kept_links.0.extend(links.0);
             }
         }
-        if let Some(reason) = self.unclonable(call, &clone) {
+        clone_whole_units(&sharing, &mut clone);
+        if let Some(reason) = self.unclonable(call, &sharing, &clone) {
             // Nothing is emitted for a node left alone: undo the moves and
             // the write-back chains' links.
             for &m in &moved {
@@ -229,27 +202,29 @@ impl Context<'_> {
             self.restore_links(kept_links);
             return Outcome::Left(reason);
         }
-        self.emit_mutation(call, rule, &clone, &moved, &chains);
+        self.emit_mutation(call, rule, &sharing, &clone, &moved, &chains);
         Outcome::Rewritten
     }
 
-    /// The reason a buffer that must be cloned cannot be, if any: a clone
-    /// must reproduce the exact layout of the value it stands for, which
-    /// needs at least the buffer's rank and a static storage offset (its
-    /// own, or that of a view source the clone is cut from again).
+    /// The reason a unit that must be cloned cannot be, if any: a clone
+    /// must reproduce the exact layout of every value it stands for, which
+    /// needs at least the rank and a static storage offset (the value's own,
+    /// or that of a view source the clone is cut from again), and the
+    /// members of a unit must be made again from one copy.
     pub(super) fn unclonable(
         &self,
         call: &MutationCall,
+        sharing: &Sharing,
         clone: &[Option<CloneNote>],
     ) -> Option<String> {
         clone.iter().enumerate().find_map(|(b, note)| {
-            let why = self.clone_source(call.buffers[b].node).err()?;
-            note.as_ref().map(|_| {
-                format!(
-                    "{} needs a clone with its exact layout, but {why}",
-                    call.buffers[b].label
-                )
-            })
+            note.as_ref()?;
+            let members = self.unit_members(call, sharing, sharing.unit_of_buffer[b]);
+            let why = self.unit_recipe(&members).err()?;
+            Some(format!(
+                "{} needs a clone with its exact layout, but {why}",
+                call.buffers[b].label
+            ))
         })
     }
 
@@ -408,24 +383,73 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_read_argument_sharing_the_written_memory_is_cloned_against() {
+    /// `rms(out=t, x=t)` on a fresh `t`, with the pre pass's record
+    /// `groups` (none: no record).
+    fn read_and_written_on_one_memory(groups: Option<&[&[&str]]>) -> Graph {
         let mut b = B::new();
         let x = b.input("x");
         let t = b.fresh("t", x);
-        let af = b.af(
-            "af",
-            true,
-            &rms(),
-            vec![
-                ("x", n(t)),
-                ("_out_base_index", Value::Int(0)),
-                ("_all_bases", Value::List(vec![n(t)])),
-            ],
-        );
+        let mut kwargs = vec![
+            ("x", n(t)),
+            ("_out_base_index", Value::Int(0)),
+            ("_all_bases", Value::List(vec![n(t)])),
+        ];
+        if let Some(groups) = groups {
+            let groups = groups
+                .iter()
+                .map(|g| Value::List(g.iter().map(|s| Value::Str((*s).into())).collect()))
+                .collect();
+            kwargs.push((crate::forms::call::ALIAS_GROUPS, Value::List(groups)));
+        }
+        let af = b.af("af", true, &rms(), kwargs);
         let nt = b.getitem("nt", af, 1);
-        let reason = clone_reason(&b.output(&[nt]));
-        assert_eq!(reason, "read argument `t` shares memory with it");
+        b.output(&[nt])
+    }
+
+    #[test]
+    fn sharing_between_arguments_with_no_record_leaves_the_node() {
+        let g = read_and_written_on_one_memory(None);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Left);
+        assert_eq!(d.cause, Some(crate::plan::LeftCause::UnattributedSharing));
+        let reason = d.reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("arguments `out` and `x` share memory"),
+            "{reason}"
+        );
+        assert!(reason.contains("fxrewrite.install()"), "{reason}");
+        assert!(p.edits.is_empty());
+    }
+
+    #[test]
+    fn sharing_the_program_had_is_kept_in_place() {
+        let g = read_and_written_on_one_memory(Some(&[&["x", "out"]]));
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+    }
+
+    #[test]
+    fn sharing_the_program_did_not_have_is_split_by_a_clone() {
+        let g = read_and_written_on_one_memory(Some(&[&["x"], &["out"]]));
+        let reason = clone_reason(&g);
+        assert!(
+            reason.starts_with("read argument `x` shares memory with it in the graph as it arrives, but did not in the program"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_record_that_does_not_name_a_sharing_slot_leaves_the_node() {
+        let g = read_and_written_on_one_memory(Some(&[&["out"]]));
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Left);
+        assert!(d
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("does not name argument `x`"));
     }
 
     #[test]

@@ -64,9 +64,40 @@ impl Context<'_> {
                 }
             }
         }
+        marked.extend(self.unrealized_view_sources());
         self.report.realized = marked.len();
         self.edits
             .extend(marked.into_iter().map(|node| Edit::Realize { node }));
+    }
+
+    /// The computations whose memory an in-place call gets through views
+    /// (its written buffers, and read slots sharing them), when they are
+    /// nodes Inductor would compute lazily.
+    ///
+    /// Why: Inductor lowers a view of a value it has not realized as a lazy
+    /// view (a `DtypeView` for `view(dtype)`, a reindexing `View`), and a
+    /// fallback kernel given one gets a *copy* of it in a buffer of its own
+    /// (`ExternKernel.realize_input`). The call then writes the copy, and
+    /// two slots that share memory in the graph (`op(t, t.view(int32))`)
+    /// get two memories. Realized where it stands, the source is a buffer,
+    /// and every view of it lowers to a `ReinterpretView` of that buffer.
+    fn unrealized_view_sources(&self) -> BTreeSet<NodeId> {
+        let mut out = BTreeSet::new();
+        for &n in &self.in_place {
+            let ValueRef::Old(mut cur) = self.resolve(n) else {
+                continue;
+            };
+            while let Role::View { src, .. } = self.roles[cur.idx()] {
+                cur = match self.resolve(src) {
+                    ValueRef::Old(s) => s,
+                    ValueRef::New(_) => break,
+                };
+            }
+            if self.computed_by_inductor(cur) {
+                out.insert(cur);
+            }
+        }
+        out
     }
 
     /// True for a node Inductor lowers to a computation of its own (not a
@@ -110,10 +141,25 @@ mod tests {
         let g = b.output(&[r, r2, w, nt]);
         let p = plan_of(&g);
         assert_eq!(only_decision(&p).action, Action::Reinplaced);
-        // Not `v` (a view is not computed), not `w` or `t` (they read `x`,
-        // which nothing writes).
-        assert_eq!(realized(&p), [r, r2]);
-        assert_eq!(p.report.realized, 2);
+        // Not `v` (a view is not computed), not `w` (it reads `x`, which
+        // nothing writes); `t` because the call writes it in place.
+        assert_eq!(realized(&p), [t, r, r2]);
+        assert_eq!(p.report.realized, 3);
+    }
+
+    #[test]
+    fn the_computation_a_call_writes_through_a_view_is_realized() {
+        // `scale_(t[0:2])`: Inductor would lower the slice of a lazy `t` as
+        // a view its kernel gets a copy of.
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let v = b.slice("v", t, 0, 0, 2);
+        let af = b.scale_v2("af", v);
+        let nv = b.getitem("nv", af, 1);
+        let p = plan_of(&b.output(&[nv]));
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        assert_eq!(realized(&p), [t]);
     }
 
     #[test]

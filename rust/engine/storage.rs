@@ -68,11 +68,20 @@ impl Context<'_> {
         }
     }
 
-    /// The node whose metadata gives `n`'s layout: `n` itself, or when it
-    /// has none, the node it is the same memory and geometry as (a result
-    /// bound to its buffer).
+    /// The node whose metadata gives `n`'s layout in the rewritten program:
+    /// the node the plan replaced it with (a removed write-back scatter
+    /// stands for its base's memory, whose layout its own metadata need not
+    /// have: a scatter into a strided view is contiguous), else `n` itself,
+    /// or when it has none, the node it is the same memory and geometry as
+    /// (a result bound to its buffer).
     pub(super) fn layout_source(&self, n: NodeId) -> NodeId {
         let mut cur = n;
+        while let Some(&ValueRef::Old(m)) = self.replaced.get(&cur) {
+            if m == cur {
+                break;
+            }
+            cur = m;
+        }
         while self.graph.node(cur).meta.is_none() {
             match (self.link[cur.idx()].clone(), self.same_layout.get(&cur)) {
                 (Link::Same(m), _) if m != cur => cur = m,

@@ -88,13 +88,16 @@ pub struct MutationCall {
     /// For each operator return, the written argument it aliases
     /// (`-> Tensor(a!)`), if any.
     pub return_aliases: Vec<Option<usize>>,
-    /// Nodes passed as read-only arguments, with the argument's name
-    /// (aliasing checks).
+    /// Nodes passed as read-only arguments, each with its slot label: the
+    /// argument's name, `name[i]` for an element of a list (aliasing checks,
+    /// and the slots of [`MutationCall::alias_groups`]).
     pub read_nodes: Vec<(String, NodeId)>,
-    /// Read arguments that already shared memory with a written argument in
-    /// the user's program (recorded before Inductor's `remove_noop_ops`, see
-    /// [`USER_ALIASED_READS`]): the kernel saw aliased memory in eager too.
-    pub user_aliased_reads: Vec<String>,
+    /// Which of the call's tensor slots shared memory in the program as
+    /// written, before Inductor's cleanups (recorded by `fxrewrite.pre_pass`,
+    /// see [`ALIAS_GROUPS`]): a partition of slot labels (written arguments'
+    /// and read slots' labels). `None`: no record, and sharing seen in the
+    /// graph cannot be attributed.
+    pub alias_groups: Option<Vec<Vec<String>>>,
 }
 
 /// A parsed out= call (`Tag.out` operator in the v2 form): fresh buffers.
@@ -166,28 +169,58 @@ pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
         .collect()
 }
 
-/// Collects the node operands of read-only argument `name`.
+/// Collects the node operands of read-only argument `name`, labelled by
+/// slot: `name` for a node, `name[i]` for element `i` of a list.
 pub fn collect_nodes(name: &str, v: &Value, out: &mut Vec<(String, NodeId)>) {
-    v.for_each_node(&mut |n| out.push((name.to_string(), n)));
+    match v {
+        Value::List(items) | Value::Tuple(items) => {
+            for (i, item) in items.iter().enumerate() {
+                item.for_each_node(&mut |n| out.push((format!("{name}[{i}]"), n)));
+            }
+        }
+        other => other.for_each_node(&mut |n| out.push((name.to_string(), n))),
+    }
 }
 
-/// The keyword under which the encoder passes the read arguments of an
-/// auto_functionalized node that shared memory with a written argument
-/// before Inductor's `remove_noop_ops` ran (`fxrewrite.pre_pass`). It exists
-/// only in the IR, never on the FX node.
-pub const USER_ALIASED_READS: &str = "_fxrewrite_user_aliased_reads";
+/// The keyword under which the encoder passes the alias groups that
+/// `fxrewrite.pre_pass` recorded on an auto_functionalized node before
+/// Inductor's `remove_noop_ops` ran: a list of lists of slot labels, one list
+/// per set of slots that shared one storage in the program as written. It
+/// exists only in the IR, never on the FX node.
+pub const ALIAS_GROUPS: &str = "_fxrewrite_alias_groups";
 
-/// The names listed under [`USER_ALIASED_READS`], when present.
+/// The keyword of the record of earlier builds (read arguments aliased with
+/// a written one, by name). Accepted in saved graphs and ignored: it cannot
+/// tell two written arguments on one memory apart, so such a graph is
+/// planned as if it had no record.
+pub const LEGACY_USER_ALIASED_READS: &str = "_fxrewrite_user_aliased_reads";
+
+/// True for the IR-only keywords the encoder adds to an auto_functionalized
+/// node ([`ALIAS_GROUPS`], [`LEGACY_USER_ALIASED_READS`]).
 #[must_use]
-pub fn user_aliased_reads(graph: &Graph, node: NodeId) -> Vec<String> {
-    match graph.node(node).kwarg(USER_ALIASED_READS) {
-        Some(Value::List(items) | Value::Tuple(items)) => items
-            .iter()
-            .filter_map(|v| match v {
-                Value::Str(s) => Some(s.clone()),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
+pub fn is_ir_only_kwarg(key: &str) -> bool {
+    key == ALIAS_GROUPS || key == LEGACY_USER_ALIASED_READS
+}
+
+/// The groups recorded under [`ALIAS_GROUPS`]; `None` when there is no
+/// record or it is malformed (then no sharing is attributed).
+#[must_use]
+pub fn alias_groups(graph: &Graph, node: NodeId) -> Option<Vec<Vec<String>>> {
+    let Some(Value::List(groups) | Value::Tuple(groups)) = graph.node(node).kwarg(ALIAS_GROUPS)
+    else {
+        return None;
+    };
+    groups
+        .iter()
+        .map(|g| match g {
+            Value::List(items) | Value::Tuple(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Str(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<String>>>(),
+            _ => None,
+        })
+        .collect()
 }

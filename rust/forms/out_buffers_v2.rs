@@ -4,7 +4,7 @@
 //! the rewrite allocates them with `empty_strided` and calls the operator on
 //! them. A fresh buffer has no other reader, so no safety analysis is needed.
 
-use super::call::{mutable_op, OutCall, USER_ALIASED_READS};
+use super::call::{is_ir_only_kwarg, mutable_op, OutCall};
 use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
 
@@ -54,7 +54,7 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
     if let Some((k, _)) = n
         .kwargs
         .iter()
-        .find(|(k, _)| !used.contains(k) && k != USER_ALIASED_READS)
+        .find(|(k, _)| !used.contains(k) && !is_ir_only_kwarg(k))
     {
         return Err(format!(
             "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"

@@ -6,8 +6,8 @@
 //! rotary-embedding-on-split-qkv case where Inductor keeps one clone per slice.
 
 use super::call::{
-    collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
-    CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
+    alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
+    Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
@@ -41,7 +41,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     if let Some((k, _)) = n
         .kwargs
         .iter()
-        .find(|(k, _)| k != USER_ALIASED_READS && !schema.args.iter().any(|a| &a.name == k))
+        .find(|(k, _)| !is_ir_only_kwarg(k) && !schema.args.iter().any(|a| &a.name == k))
     {
         return Err(format!(
             "unknown auto_functionalized argument '{k}' (graph from a newer torch?)"
@@ -140,7 +140,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         results,
         return_aliases,
         read_nodes,
-        user_aliased_reads: user_aliased_reads(graph, node),
+        alias_groups: alias_groups(graph, node),
     })
 }
 
@@ -148,7 +148,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
 mod tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
-    use crate::forms::call::{ResultSlot, USER_ALIASED_READS};
+    use crate::forms::call::{ResultSlot, ALIAS_GROUPS, LEGACY_USER_ALIASED_READS};
     use crate::ir::schema::OpTags;
 
     fn node(kwargs: Vec<(&str, Value)>) -> (Graph, NodeId) {
@@ -183,14 +183,25 @@ mod tests {
             .contains("unknown auto_functionalized argument 'new'"));
         let (g, af) = node(vec![("x", x())]);
         assert!(parse(&g, af).unwrap_err().contains("missing argument 's'"));
-        // The pre pass's record is not an unknown argument.
-        let aliased = Value::List(vec![Value::Str("s".into())]);
+        // The pre pass's record is not an unknown argument; an earlier
+        // build's record is accepted and carries no groups.
+        let groups = Value::List(vec![Value::List(vec![Value::Str("x".into())])]);
         let (g, af) = node(vec![
             ("x", x()),
             ("s", Value::Float(2.0)),
-            (USER_ALIASED_READS, aliased),
+            (ALIAS_GROUPS, groups),
         ]);
-        assert_eq!(parse(&g, af).unwrap().user_aliased_reads, ["s"]);
+        assert_eq!(
+            parse(&g, af).unwrap().alias_groups,
+            Some(vec![vec!["x".to_string()]])
+        );
+        let legacy = Value::List(vec![Value::Str("s".into())]);
+        let (g, af) = node(vec![
+            ("x", x()),
+            ("s", Value::Float(2.0)),
+            (LEGACY_USER_ALIASED_READS, legacy),
+        ]);
+        assert_eq!(parse(&g, af).unwrap().alias_groups, None);
     }
 }
 

@@ -4,8 +4,8 @@
 //! regenerated on its base exactly as torch's own dense implementation does.
 
 use super::call::{
-    collect_nodes, mutable_op, return_alias_args, return_slots, user_aliased_reads, Buffer,
-    CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg, USER_ALIASED_READS,
+    alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
+    Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall};
 use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
@@ -95,7 +95,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             .collect::<Result<_, _>>()?,
         _ => return Err("missing _all_bases".into()),
     };
-    let mut used: Vec<String> = vec!["_all_bases".into(), USER_ALIASED_READS.into()];
+    let mut used: Vec<String> = vec!["_all_bases".into()];
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut buffer_of_base: Vec<Option<usize>> = vec![None; bases.len()];
     let mut written: Vec<WrittenArg> = Vec::new();
@@ -176,7 +176,11 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             ArgType::Other => return Err(format!("written argument '{}' is not a tensor", a.name)),
         }
     }
-    if let Some((k, _)) = n.kwargs.iter().find(|(k, _)| !used.contains(k)) {
+    if let Some((k, _)) = n
+        .kwargs
+        .iter()
+        .find(|(k, _)| !used.contains(k) && !is_ir_only_kwarg(k))
+    {
         return Err(format!(
             "unknown auto_functionalized_v2 argument '{k}' (graph from a newer torch?)"
         ));
@@ -214,7 +218,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         results,
         return_aliases,
         read_nodes,
-        user_aliased_reads: user_aliased_reads(graph, node),
+        alias_groups: alias_groups(graph, node),
     })
 }
 

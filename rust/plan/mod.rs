@@ -54,6 +54,14 @@ pub enum PlanArg {
         /// The keyword.
         key: String,
     },
+    /// The Python object held by positional argument `index` of original
+    /// node `node`, passed through unchanged (a view's dtype, a constant).
+    FromArg {
+        /// The original node.
+        node: NodeId,
+        /// The argument's position.
+        index: usize,
+    },
     /// An integer.
     Int(i64),
     /// A list of integers.
@@ -153,6 +161,20 @@ pub enum Action {
     Left,
 }
 
+/// Why a node was left alone, in the kinds a caller acts on differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftCause {
+    /// The engine cannot rewrite it safely; the reason says why.
+    Unsupported,
+    /// Its arguments share memory and no record of the pre pass says whether
+    /// the program shared it: `fxrewrite.install()` records it.
+    UnattributedSharing,
+    /// The caller asked for its operator to be left to Inductor
+    /// (`Pass(leave=...)`, `FXREWRITE_LEAVE`): not an error in strict mode.
+    Requested,
+}
+
 /// One clone the plan keeps, and why it is needed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CloneNote {
@@ -189,6 +211,8 @@ pub struct NodeReport {
     pub scatters_removed: usize,
     /// Why the node was left alone, for [`Action::Left`].
     pub reason: Option<String>,
+    /// The kind of that reason, for [`Action::Left`].
+    pub cause: Option<LeftCause>,
     /// The node's own source line, when known.
     pub source: Option<String>,
 }
@@ -203,8 +227,9 @@ pub struct Report {
     /// Input write-backs (`copy_(input, value)`) that became self-copies and
     /// were removed.
     pub writebacks_removed: usize,
-    /// Nodes marked to be computed where they stand because an in-place call
-    /// after them writes memory they read ([`Edit::Realize`]).
+    /// Nodes marked to be computed where they stand ([`Edit::Realize`]):
+    /// readers of memory an in-place call after them writes, and
+    /// computations an in-place call writes through a view.
     pub realized: usize,
 }
 
@@ -218,12 +243,13 @@ impl Report {
             .count()
     }
 
-    /// The error strict mode raises: the first node left alone, if any.
+    /// The error strict mode raises: the first node left alone, if any,
+    /// other than those the caller asked to leave.
     #[must_use]
     pub fn strict_error(&self) -> Option<crate::Error> {
         self.decisions
             .iter()
-            .find(|d| d.action == Action::Left)
+            .find(|d| d.action == Action::Left && d.cause != Some(LeftCause::Requested))
             .map(|d| crate::Error::Unsupported {
                 node: d.node.clone(),
                 op: d.op.clone(),

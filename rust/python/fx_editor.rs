@@ -139,6 +139,13 @@ impl<'py> FxEditor<'py> {
                         "plan reads missing kwarg {key:?}"
                     ))
                 })?,
+            Arg::FromArg { node, index, .. } => {
+                node.getattr("args")?.get_item(*index).map_err(|_| {
+                    pyo3::exceptions::PyIndexError::new_err(format!(
+                        "plan reads missing argument {index}"
+                    ))
+                })?
+            }
             Arg::Int(i) => i.into_pyobject(py)?.into_any(),
             Arg::IntList(v) => PyList::new(py, v)?.into_any(),
             Arg::None => py.None().into_bound(py),

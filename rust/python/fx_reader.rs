@@ -220,8 +220,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
     let torch = py.import("torch")?;
     let ops = py.import("torch._ops")?;
     let encode = py.import("fxrewrite.encode")?;
-    let aliased_key = encode.getattr("USER_ALIASED_META")?;
-    let aliased_kwarg = crate::forms::call::USER_ALIASED_READS;
+    let groups_key = encode.getattr("ALIAS_GROUPS_META")?;
     let mut r = Reader {
         types: Types {
             node: py.import("torch.fx")?.getattr("Node")?,
@@ -259,15 +258,20 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
         for (k, v) in kw.cast::<PyDict>()?.iter() {
             kwargs.push((k.extract::<String>()?, r.value(&v, 0, &mut inputs)?));
         }
-        if node_meta.contains(&aliased_key)? {
-            let names = r
+        if node_meta.contains(&groups_key)? {
+            let groups = r
                 .encode
-                .call_method1("user_aliased_reads", (&n,))?
-                .extract::<Vec<String>>()?;
-            if !names.is_empty() {
+                .call_method1("alias_groups", (&n,))?
+                .extract::<Option<Vec<Vec<String>>>>()?;
+            if let Some(groups) = groups {
                 kwargs.push((
-                    aliased_kwarg.to_string(),
-                    Value::List(names.into_iter().map(Value::Str).collect()),
+                    crate::forms::call::ALIAS_GROUPS.to_string(),
+                    Value::List(
+                        groups
+                            .into_iter()
+                            .map(|g| Value::List(g.into_iter().map(Value::Str).collect()))
+                            .collect(),
+                    ),
                 ));
             }
         }

@@ -143,11 +143,16 @@ impl PyGraph {
             .map_err(|e| errors::InternalError::new_err(e.to_string()))
     }
 
-    /// Plans the rewrite (GIL released).
-    fn plan(&self, py: Python<'_>) -> PyResult<PyPlan> {
+    /// Plans the rewrite (GIL released); the operators in `leave`
+    /// (`ns::name` or `ns::name.overload`) are left to Inductor.
+    #[pyo3(signature = (leave = None))]
+    fn plan(&self, py: Python<'_>, leave: Option<Vec<String>>) -> PyResult<PyPlan> {
         let graph = &self.graph;
+        let options = crate::engine::PlanOptions {
+            leave: leave.unwrap_or_default(),
+        };
         let plan = py
-            .detach(|| crate::engine::plan(graph))
+            .detach(|| crate::engine::plan_with(graph, options))
             .map_err(errors::to_py)?;
         Ok(PyPlan { plan })
     }
@@ -182,12 +187,16 @@ impl PyGraph {
     }
 
     /// Plans and applies the rewrite in Rust (GIL released throughout): the
-    /// rewritten graph and the plan.
-    fn rewritten(&self, py: Python<'_>) -> PyResult<(Self, PyPlan)> {
+    /// rewritten graph and the plan; `leave` as for `plan`.
+    #[pyo3(signature = (leave = None))]
+    fn rewritten(&self, py: Python<'_>, leave: Option<Vec<String>>) -> PyResult<(Self, PyPlan)> {
         let graph = &self.graph;
+        let options = crate::engine::PlanOptions {
+            leave: leave.unwrap_or_default(),
+        };
         let (out, plan) = py
             .detach(|| -> crate::Result<_> {
-                let plan = crate::engine::plan(graph)?;
+                let plan = crate::engine::plan_with(graph, options)?;
                 let out = crate::plan::apply::apply_plan(graph, &plan)?;
                 Ok((out, plan))
             })
@@ -252,7 +261,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(inserted_op_schemas, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
-    m.add("USER_ALIASED_READS", crate::forms::call::USER_ALIASED_READS)?;
+    m.add("ALIAS_GROUPS", crate::forms::call::ALIAS_GROUPS)?;
+    m.add(
+        "IR_ONLY_KWARGS",
+        (
+            crate::forms::call::ALIAS_GROUPS,
+            crate::forms::call::LEGACY_USER_ALIASED_READS,
+        ),
+    )?;
     let wire = pyo3::types::PyDict::new(m.py());
     for (section, entries) in crate::ir::wire::tables() {
         let table = pyo3::types::PyDict::new(m.py());

@@ -453,7 +453,103 @@ fn returns_part(s: &OpSchema, ret: V) -> Vec<V> {
 }
 
 /// Runs one original node with the original (functional) semantics.
-fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) -> R<V> {
+/// The memory eager's call saw, where the node carries a record of alias
+/// groups (`fxrewrite.pre_pass`) and is run as eager ran it: every group gets
+/// one copy of each storage its slots lie on, shared by all of them, so slots
+/// of one group share memory and slots of different groups never do.
+/// Otherwise (no record, or a node left to Inductor, which decomposes it
+/// so), torch's functional semantics: a copy per written argument.
+struct EagerMemory {
+    groups: Option<Vec<Vec<String>>>,
+    copies: HashMap<(usize, usize), usize>,
+}
+
+impl EagerMemory {
+    fn of(node: &fxrewrite::ir::Node, eager: bool) -> Self {
+        let groups = node
+            .kwarg(fxrewrite::forms::call::ALIAS_GROUPS)
+            .and_then(|v| match v {
+                Value::List(gs) => gs
+                    .iter()
+                    .map(|g| match g {
+                        Value::List(ls) => ls
+                            .iter()
+                            .map(|l| match l {
+                                Value::Str(s) => Some(s.clone()),
+                                _ => None,
+                            })
+                            .collect(),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            })
+            .filter(|_| eager);
+        Self {
+            groups,
+            copies: HashMap::new(),
+        }
+    }
+
+    fn group(&self, label: &str) -> Option<usize> {
+        self.groups
+            .as_ref()?
+            .iter()
+            .position(|g| g.iter().any(|l| l == label))
+    }
+
+    /// The tensor of slot `label` as the call sees it; `written` slots with
+    /// no group get torch's functional copy.
+    fn slot(&mut self, mem: &mut Mem, label: &str, t: &Tv, written: bool) -> R<Tv> {
+        let Some(g) = self.group(label) else {
+            return if written {
+                mem.clone_preserve(t)
+            } else {
+                Ok(t.clone())
+            };
+        };
+        let st = match self.copies.get(&(g, t.st)) {
+            Some(&st) => st,
+            None => {
+                let copy = mem.st[t.st].clone();
+                mem.st.push(copy);
+                self.copies.insert((g, t.st), mem.st.len() - 1);
+                mem.st.len() - 1
+            }
+        };
+        Ok(Tv { st, ..t.clone() })
+    }
+
+    fn arg(&mut self, mem: &mut Mem, name: &str, v: V, written: bool) -> R<V> {
+        Ok(match v {
+            V::T(t) => V::T(self.slot(mem, name, &t, written)?),
+            V::Seq(items) => V::Seq(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| match item {
+                        V::T(t) => Ok(V::T(self.slot(
+                            mem,
+                            &format!("{name}[{i}]"),
+                            &t,
+                            written,
+                        )?)),
+                        other => Ok(other),
+                    })
+                    .collect::<R<_>>()?,
+            ),
+            other => other,
+        })
+    }
+}
+
+fn run_node(
+    mem: &mut Mem,
+    g: &Graph,
+    id: NodeId,
+    env: &dyn Fn(NodeId) -> R<V>,
+    eager: bool,
+) -> R<V> {
     let node = g.node(id);
     let t = g.target_of(id);
     let args: Vec<V> = node.args.iter().map(|a| value(a, env)).collect::<R<_>>()?;
@@ -491,26 +587,13 @@ fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) 
             let s = op.schema.as_ref().unwrap();
             let mut call = Vec::new();
             let mut new_vals = Vec::new();
+            let mut eager = EagerMemory::of(node, eager);
             for a in &s.args {
                 let v = kw(&a.name).unwrap_or(V::None);
-                if !a.is_written() {
-                    call.push(v);
-                    continue;
+                let c = eager.arg(mem, &a.name, v, a.is_written())?;
+                if a.is_written() {
+                    new_vals.push(c.clone());
                 }
-                let c = match v {
-                    V::T(t) => V::T(mem.clone_preserve(&t)?),
-                    V::Seq(items) => V::Seq(
-                        items
-                            .iter()
-                            .map(|i| match i {
-                                V::T(t) => Ok(V::T(mem.clone_preserve(t)?)),
-                                other => Ok(other.clone()),
-                            })
-                            .collect::<R<_>>()?,
-                    ),
-                    other => other,
-                };
-                new_vals.push(c.clone());
                 call.push(c);
             }
             let ret = mem.mutating(&op.name, &call)?;
@@ -546,11 +629,31 @@ fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) 
                 }
                 return mem.mutating(&op.name, &call);
             }
+            // A base is in the group of the written arguments cut from it.
+            let mut eager = EagerMemory::of(node, eager);
+            let mut base_label: Vec<Option<String>> = vec![None; bases.len()];
+            for a in s.args.iter().filter(|a| a.is_written()) {
+                let prefixes: Vec<(String, String)> = match kw(&format!("_{}_length", a.name)) {
+                    Some(V::Int(len)) => (0..len)
+                        .map(|i| (format!("{}[{i}]", a.name), format!("_{}_{i}", a.name)))
+                        .collect(),
+                    _ => vec![(a.name.clone(), format!("_{}", a.name))],
+                };
+                for (label, p) in prefixes {
+                    if let Some(V::Int(i)) = kw(&format!("{p}_base_index")) {
+                        if let Some(slot) = base_label.get_mut(usize::try_from(i).unwrap()) {
+                            slot.get_or_insert(label);
+                        }
+                    }
+                }
+            }
             let new_bases: Vec<V> = bases
                 .iter()
-                .map(|b| match b {
-                    V::T(t) => Ok(V::T(mem.clone_preserve(t)?)),
-                    other => Ok(other.clone()),
+                .zip(&base_label)
+                .map(|(b, label)| match (b, label) {
+                    (V::T(t), Some(l)) => Ok(V::T(eager.slot(mem, l, t, true)?)),
+                    (V::T(t), None) => Ok(V::T(mem.clone_preserve(t)?)),
+                    (other, _) => Ok(other.clone()),
                 })
                 .collect::<R<_>>()?;
             let view_of = |mem: &mut Mem, p: &str| -> R<V> {
@@ -579,7 +682,8 @@ fn run_node(mem: &mut Mem, g: &Graph, id: NodeId, env: &dyn Fn(NodeId) -> R<V>) 
             let mut call = Vec::new();
             for a in &s.args {
                 if !a.is_written() {
-                    call.push(kw(&a.name).unwrap_or(V::None));
+                    let v = kw(&a.name).unwrap_or(V::None);
+                    call.push(eager.arg(mem, &a.name, v, false)?);
                 } else if a.ty == ArgType::TensorList {
                     match kw(&format!("_{}_length", a.name)) {
                         Some(V::Int(len)) => {
@@ -682,8 +786,16 @@ fn finish(mem: &Mem, g: &Graph, env: &HashMap<ValueRef, V>, out: &V) -> R<Outcom
     Ok(Outcome { outputs, inputs })
 }
 
-/// Runs the original graph.
+/// Runs the original graph, every auto_functionalized node with torch's
+/// functional semantics.
 pub fn run_original(g: &Graph) -> R<Outcome> {
+    run_eager(g, &[])
+}
+
+/// Runs the original graph, the auto_functionalized nodes named in `eager`
+/// on the memory eager's call saw, as their records of alias groups say
+/// ([`EagerMemory`]): what a rewrite of those nodes must compute.
+pub fn run_eager(g: &Graph, eager: &[String]) -> R<Outcome> {
     let mut mem = Mem::default();
     let mut env = setup_inputs(&mut mem, g);
     let mut last = V::None;
@@ -698,7 +810,7 @@ pub fn run_original(g: &Graph) -> R<Outcome> {
                     .cloned()
                     .ok_or_else(|| format!("no value for {n:?}"))
             };
-            run_node(&mut mem, g, id, &lookup)?
+            run_node(&mut mem, g, id, &lookup, eager.contains(&g.node(id).name))?
         };
         last = v.clone();
         env.insert(ValueRef::Old(id), v);
@@ -714,6 +826,14 @@ fn plan_arg(a: &PlanArg, g: &Graph, env: &dyn Fn(ValueRef) -> R<V>) -> R<V> {
                 .node(*node)
                 .kwarg(key)
                 .ok_or_else(|| format!("no kwarg {key}"))?;
+            value(v, &|n| env(ValueRef::Old(n)))?
+        }
+        PlanArg::FromArg { node, index } => {
+            let v = g
+                .node(*node)
+                .args
+                .get(*index)
+                .ok_or_else(|| format!("no argument {index}"))?;
             value(v, &|n| env(ValueRef::Old(n)))?
         }
         PlanArg::Int(i) => V::Int(*i),
@@ -794,9 +914,13 @@ pub fn run_planned(g: &Graph, p: &Plan) -> R<Outcome> {
                     .ok_or_else(|| format!("{x:?} used before it is computed"))
             };
             match r {
-                ValueRef::Old(id) => {
-                    run_node(&mut mem, g, id, &|n: NodeId| lookup(ValueRef::Old(n)))?
-                }
+                ValueRef::Old(id) => run_node(
+                    &mut mem,
+                    g,
+                    id,
+                    &|n: NodeId| lookup(ValueRef::Old(n)),
+                    false,
+                )?,
                 ValueRef::New(id) => {
                     let Edit::Insert {
                         callee,

@@ -748,3 +748,60 @@ pub fn build(steps: &[Step], outputs: u64, with_meta: bool) -> Graph {
             .collect();
     g.b.output(&outs)
 }
+
+/// Gives auto_functionalized nodes of `g` a record of alias groups, as
+/// `fxrewrite.pre_pass` makes them, drawn from `seed`: for each node (about
+/// three in four), a random partition of its tensor slots into up to three
+/// groups. Any partition is a program the reference interpreter can run
+/// (`interp.rs`: the slots of one group on one storage share one copy), so
+/// the engine is checked against it whatever the record says: sharing kept
+/// within a group, split between groups.
+pub fn add_alias_records(g: &mut Graph, seed: u64) {
+    use fxrewrite::forms::call::ALIAS_GROUPS;
+    use fxrewrite::forms::{parse, FormCall};
+    let mut state = seed | 1;
+    let mut next = move || {
+        // xorshift64: a fixed, seedable sequence.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 0..g.len() {
+        let id = NodeId(u32::try_from(i).unwrap());
+        let Some((_, Ok(FormCall::Mutation(call)))) = parse(g, id) else {
+            continue;
+        };
+        if next() % 4 == 0 {
+            continue;
+        }
+        let v1 = call.form == "v1";
+        let mut labels: Vec<String> = if v1 {
+            call.buffers.iter().map(|b| b.label.clone()).collect()
+        } else {
+            call.written.iter().map(|w| w.label.clone()).collect()
+        };
+        labels.extend(call.read_nodes.iter().map(|(l, _)| l.clone()));
+        let k = 1 + next() % 3;
+        let mut groups: Vec<Vec<Value>> = vec![Vec::new(); usize::try_from(k).unwrap()];
+        for l in labels {
+            // The written arguments of one v2 base shared it in the program.
+            let base = (!v1)
+                .then(|| call.written.iter().find(|w| w.label == l).map(|w| w.buffer))
+                .flatten();
+            let gi = match base {
+                Some(b) => usize::try_from((seed ^ b as u64) % k).unwrap(),
+                None => usize::try_from(next() % k).unwrap(),
+            };
+            groups[gi].push(Value::Str(l));
+        }
+        let groups = groups
+            .into_iter()
+            .filter(|g| !g.is_empty())
+            .map(Value::List)
+            .collect();
+        g.nodes[i]
+            .kwargs
+            .push((ALIAS_GROUPS.to_string(), Value::List(groups)));
+    }
+}

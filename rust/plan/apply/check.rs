@@ -73,6 +73,17 @@ fn check_arg(graph: &Graph, prepared: &HashSet<u32>, a: &PlanArg, at: u32) -> Re
             }
             Ok(())
         }
+        PlanArg::FromArg { node, index } => {
+            old(graph, *node)?;
+            let n = graph.node(*node);
+            if n.args.get(*index).is_none() {
+                return Err(internal(
+                    node.0,
+                    format!("plan reads missing argument {index} of {}", n.name),
+                ));
+            }
+            Ok(())
+        }
         PlanArg::List(items) => items
             .iter()
             .try_for_each(|i| check_arg(graph, prepared, i, at)),

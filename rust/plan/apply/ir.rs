@@ -103,6 +103,11 @@ impl<'g> IrEditor<'g> {
                 .kwarg(key)
                 .cloned()
                 .ok_or_else(|| internal(id.0, format!("plan reads missing kwarg {key:?}")))?,
+            Arg::FromArg { node, id, index } => self.nodes[*node]
+                .args
+                .get(*index)
+                .cloned()
+                .ok_or_else(|| internal(id.0, format!("plan reads missing argument {index}")))?,
             Arg::Int(i) => Value::Int(*i),
             Arg::IntList(v) => Value::List(v.iter().map(|&i| Value::Int(i)).collect()),
             Arg::None => Value::None,

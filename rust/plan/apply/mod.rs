@@ -52,6 +52,15 @@ pub enum Arg<H> {
         /// The keyword.
         key: String,
     },
+    /// The value positional argument `index` of an original node holds now.
+    FromArg {
+        /// The original node.
+        node: H,
+        /// Its index in the planned graph, for errors.
+        id: NodeId,
+        /// The position.
+        index: usize,
+    },
     /// An integer.
     Int(i64),
     /// A list of integers.
@@ -227,6 +236,11 @@ fn arg<E: Editor>(
             node: editor.original(*node)?,
             id: *node,
             key: key.clone(),
+        },
+        PlanArg::FromArg { node, index } => Arg::FromArg {
+            node: editor.original(*node)?,
+            id: *node,
+            index: *index,
         },
         PlanArg::Int(i) => Arg::Int(*i),
         PlanArg::IntList(v) => Arg::IntList(v.clone()),

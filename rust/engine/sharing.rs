@@ -1,0 +1,246 @@
+//! Memory sharing between the arguments of one call. The rewritten call
+//! must see exactly the sharing eager's call saw: a kernel may rely on it
+//! (`op(x, out=x)` reads what it just wrote), and a kernel given sharing
+//! eager never gave it reads memory it is writing.
+//!
+//! The graph as it arrives cannot tell the two apart: Inductor's
+//! `remove_noop_ops` deletes the user's clones, so `y = x.clone();
+//! op(out=y, x=x)` arrives as `op(out=x, x=x)` (pytorch#198031). What decides
+//! is the call's record of alias groups (`fxrewrite.pre_pass`, made before
+//! the cleanups): slots of one group shared memory in the program, slots of
+//! different groups did not. Slots that share memory here and are in one
+//! group form a *unit*, written in place together or re-derived together
+//! from one copy; slots that share memory here but are in different groups
+//! are split, by a copy of the written one's unit. Without a record, a call
+//! whose arguments share memory is left to Inductor.
+
+use super::*;
+
+/// One tensor slot of a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// A written buffer (index into [`MutationCall::buffers`]).
+    Buffer(usize),
+    /// A read slot (index into [`MutationCall::read_nodes`]).
+    Read(usize),
+}
+
+/// How the slots of one call share memory, and what the rewrite must keep.
+#[derive(Debug)]
+pub(super) struct Sharing {
+    /// Per buffer, its unit: buffers of one unit are written in place
+    /// together or cloned together, from one copy.
+    pub(super) unit_of_buffer: Vec<usize>,
+    /// Read slots (index into [`MutationCall::read_nodes`]) in a unit with a
+    /// buffer, and the unit: re-derived from the unit's copy when it is
+    /// cloned.
+    pub(super) unit_reads: Vec<(usize, usize)>,
+    /// Per buffer, why it must not keep the memory it has here: it shares
+    /// it with a slot that did not share memory with it in the program.
+    pub(super) split: Vec<Option<String>>,
+}
+
+impl Sharing {
+    /// Every buffer its own unit, nothing to keep or split: the slots share
+    /// no memory.
+    fn none(nb: usize) -> Self {
+        Self {
+            unit_of_buffer: (0..nb).collect(),
+            unit_reads: Vec::new(),
+            split: vec![None; nb],
+        }
+    }
+
+    /// The buffers of the unit of buffer `b`.
+    pub(super) fn unit_buffers(&self, b: usize) -> impl Iterator<Item = usize> + '_ {
+        let u = self.unit_of_buffer[b];
+        (0..self.unit_of_buffer.len()).filter(move |&o| self.unit_of_buffer[o] == u)
+    }
+
+    /// The read slots of unit `u`.
+    pub(super) fn unit_read_slots(&self, u: usize) -> impl Iterator<Item = usize> + '_ {
+        self.unit_reads
+            .iter()
+            .filter(move |(_, ru)| *ru == u)
+            .map(|(r, _)| *r)
+    }
+}
+
+/// Why a call whose slots share memory is left when no record says which
+/// sharing the program had.
+pub(super) const NO_RECORD: &str = "fxrewrite cannot tell whether the program passed them so (then the \
+kernel must see the sharing) or Inductor's remove_noop_ops made it by deleting a clone (then it must \
+not; pytorch#198031), and the pre pass recorded nothing for this call; left to Inductor. \
+`fxrewrite.install()` installs the pre pass that records it";
+
+impl Context<'_> {
+    /// The sharing of `call`'s slots, or why the call must be left: its
+    /// slots share memory and no record attributes the sharing.
+    pub(super) fn sharing(
+        &mut self,
+        call: &MutationCall,
+        v1: bool,
+    ) -> std::result::Result<Sharing, String> {
+        let nb = call.buffers.len();
+        let pairs = self.sharing_pairs(call, v1);
+        if pairs.is_empty() {
+            return Ok(Sharing::none(nb));
+        }
+        // A v2 buffer is a base: it is named by the written arguments cut
+        // from it, as the user wrote them.
+        let label = |s: Slot| match s {
+            Slot::Buffer(b) if !v1 => {
+                let names: Vec<&str> = call
+                    .written
+                    .iter()
+                    .filter(|w| w.buffer == b)
+                    .map(|w| w.label.as_str())
+                    .collect();
+                if names.is_empty() {
+                    call.buffers[b].label.clone()
+                } else {
+                    names.join("`, `")
+                }
+            }
+            Slot::Buffer(b) => call.buffers[b].label.clone(),
+            Slot::Read(r) => call.read_nodes[r].0.clone(),
+        };
+        let Some(groups) = call.alias_groups.as_ref() else {
+            let (a, b) = pairs[0];
+            return Err(format!(
+                "arguments `{}` and `{}` share memory in the graph as it arrives; {NO_RECORD}",
+                label(a),
+                label(b)
+            ));
+        };
+        let group_of_label = |l: &str| groups.iter().position(|g| g.iter().any(|s| s == l));
+        let group = |s: Slot| -> std::result::Result<usize, String> {
+            let labels: Vec<String> = match s {
+                // A v2 buffer is a base: the written arguments cut from it.
+                Slot::Buffer(b) if !v1 => call
+                    .written
+                    .iter()
+                    .filter(|w| w.buffer == b)
+                    .map(|w| w.label.clone())
+                    .collect(),
+                other => vec![label(other)],
+            };
+            let mut found = None;
+            for l in &labels {
+                let g = group_of_label(l).ok_or_else(|| {
+                    format!("the pre pass's record of alias groups does not name argument `{l}`; left to Inductor")
+                })?;
+                if found.is_some_and(|f| f != g) {
+                    return Err(format!(
+                        "the pre pass recorded the arguments cut from {} in different storages; left to Inductor",
+                        label(s)
+                    ));
+                }
+                found = Some(g);
+            }
+            found.ok_or_else(|| format!("{} has no written argument", label(s)))
+        };
+        let slot_index = |s: Slot| match s {
+            Slot::Buffer(b) => b,
+            Slot::Read(r) => nb + r,
+        };
+        let mut parent: Vec<usize> = (0..nb + call.read_nodes.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let mut split: Vec<Option<String>> = vec![None; nb];
+        for &(a, b) in &pairs {
+            if group(a)? == group(b)? {
+                let (ra, rb) = (
+                    root(&mut parent, slot_index(a)),
+                    root(&mut parent, slot_index(b)),
+                );
+                parent[ra.max(rb)] = ra.min(rb);
+                continue;
+            }
+            let why = |other: Slot| {
+                let kind = if matches!(other, Slot::Read(_)) {
+                    "read argument"
+                } else {
+                    "written"
+                };
+                format!(
+                    "{kind} `{}` shares memory with it in the graph as it arrives, but did not \
+                     in the program (a clone Inductor's remove_noop_ops deleted, pytorch#198031)",
+                    label(other)
+                )
+            };
+            match (a, b) {
+                (Slot::Buffer(x), other @ Slot::Read(_))
+                | (other @ Slot::Read(_), Slot::Buffer(x)) => {
+                    split[x].get_or_insert_with(|| why(other));
+                }
+                (Slot::Buffer(x), Slot::Buffer(y)) => {
+                    let (first, second) = (x.min(y), x.max(y));
+                    split[second].get_or_insert_with(|| why(Slot::Buffer(first)));
+                }
+                (Slot::Read(_), Slot::Read(_)) => {}
+            }
+        }
+        let unit_of_buffer: Vec<usize> = (0..nb).map(|b| root(&mut parent, b)).collect();
+        let unit_reads = (0..call.read_nodes.len())
+            .filter_map(|r| {
+                let u = root(&mut parent, nb + r);
+                (u < nb).then_some((r, u))
+            })
+            .collect();
+        Ok(Sharing {
+            unit_of_buffer,
+            unit_reads,
+            split,
+        })
+    }
+
+    /// The pairs of slots that may share memory in the graph as it arrives
+    /// (at least one of them written): a read slot and a buffer whose
+    /// written region it may overlap, two buffers on one memory (for v1,
+    /// unless their geometries are provably disjoint). The written
+    /// arguments of one v2 base are one buffer: they shared their base in
+    /// the program too, since functionalization made it from eager's tensors.
+    fn sharing_pairs(&mut self, call: &MutationCall, v1: bool) -> Vec<(Slot, Slot)> {
+        let nb = call.buffers.len();
+        let roots: Vec<usize> = call.buffers.iter().map(|b| self.find(b.node)).collect();
+        let mut pairs = Vec::new();
+        for b in 0..nb {
+            for (r, &(_, rn)) in call.read_nodes.iter().enumerate() {
+                if self.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
+                    pairs.push((Slot::Buffer(b), Slot::Read(r)));
+                }
+            }
+            for o in 0..b {
+                if roots[o] == roots[b]
+                    && (!v1
+                        || !self
+                            .geometry(call.buffers[o].node)
+                            .disjoint_from(&self.geometry(call.buffers[b].node)))
+                {
+                    pairs.push((Slot::Buffer(o), Slot::Buffer(b)));
+                }
+            }
+        }
+        pairs
+    }
+}
+
+/// Extends the clones in `clone` to whole units: the buffers of a unit are
+/// written in place together or re-derived together from one copy, so a
+/// buffer whose unit mate is cloned is cloned with it (the report shows one
+/// note per unit: [`Context::unit_notes`]).
+pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote>]) {
+    for b in 0..clone.len() {
+        if clone[b].is_none() {
+            if let Some(o) = sharing.unit_buffers(b).find(|&o| clone[o].is_some()) {
+                clone[b] = clone[o].clone();
+            }
+        }
+    }
+}

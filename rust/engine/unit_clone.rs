@@ -1,0 +1,422 @@
+//! One copy for a unit of slots that shared memory in the program
+//! (`sharing.rs`): when the unit cannot be written in place, the common
+//! memory of its members is copied once and every member, written or read,
+//! is made again from that copy with its own layout. One clone per member
+//! would split the sharing the kernel saw in eager.
+
+use super::layout::{replayable_view, Replay};
+use super::*;
+
+/// What [`Context::emit_buffers`] gives the call: per buffer its value, per
+/// read slot the value made again from a copy (if any), and per cloned unit
+/// the bytes its copy moves.
+pub(super) type EmittedBuffers = (
+    Vec<ValueRef>,
+    Vec<Option<ValueRef>>,
+    Vec<(usize, Option<u64>)>,
+);
+
+/// How the members of a cloned unit are made from one copy.
+pub(super) enum UnitRecipe {
+    /// One member: an exact clone of it.
+    Single(NodeId),
+    /// An exact clone of `anchor`, a view source of every member (or a
+    /// member itself); each member is its graph view nodes from the anchor,
+    /// applied again to the copy (outermost first).
+    Ancestor {
+        anchor: NodeId,
+        paths: Vec<(NodeId, Vec<Replay>)>,
+    },
+    /// Members related only through their storage: the first `needed`
+    /// elements of the storage of `source` are copied flat, and every member
+    /// is an `as_strided` of the copy with its static layout.
+    Flat {
+        source: NodeId,
+        needed: i64,
+        layouts: Vec<(NodeId, Vec<i64>, Vec<i64>, i64)>,
+    },
+}
+
+impl Context<'_> {
+    /// The distinct memories of unit `u` of `call`: its buffers' nodes and
+    /// its read slots' nodes, one node per distinct value (two slots holding
+    /// one tensor are one member).
+    pub(super) fn unit_members(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        u: usize,
+    ) -> Vec<NodeId> {
+        let mut members: Vec<NodeId> = Vec::new();
+        let nodes = (0..call.buffers.len())
+            .filter(|&b| sharing.unit_of_buffer[b] == u)
+            .map(|b| call.buffers[b].node)
+            .chain(sharing.unit_read_slots(u).map(|r| call.read_nodes[r].1));
+        for n in nodes {
+            if !members.iter().any(|&m| self.resolve(m) == self.resolve(n)) {
+                members.push(n);
+            }
+        }
+        members
+    }
+
+    /// How to make `members` from one copy, or why they cannot be.
+    pub(super) fn unit_recipe(
+        &self,
+        members: &[NodeId],
+    ) -> std::result::Result<UnitRecipe, String> {
+        if let [only] = members {
+            self.clone_source(*only)?;
+            return Ok(UnitRecipe::Single(*only));
+        }
+        match self.common_view_source(members) {
+            Ok(recipe) => Ok(recipe),
+            Err(why) => self.flat_recipe(members).map_err(|flat| {
+                format!("its arguments that share memory cannot be made again from one copy: {why}, and {flat}")
+            }),
+        }
+    }
+
+    /// The chain of view sources of `n` (itself first), as far as the views
+    /// can be replayed. A node the plan replaced stands for its replacement
+    /// (a result bound to its buffer), so the chain continues from there.
+    fn view_chain(&self, n: NodeId) -> Vec<NodeId> {
+        let ValueRef::Old(mut cur) = self.resolve(n) else {
+            return Vec::new();
+        };
+        let mut chain = vec![cur];
+        while let Role::View { src, .. } = self.roles[cur.idx()] {
+            if self.replay_args_of(cur, src).is_err() {
+                break;
+            }
+            let ValueRef::Old(next) = self.resolve(src) else {
+                break;
+            };
+            chain.push(next);
+            cur = next;
+        }
+        chain
+    }
+
+    fn replay_args_of(&self, v: NodeId, src: NodeId) -> std::result::Result<Replay, String> {
+        let target = self.graph.target_of(v);
+        if target.kind != TargetKind::Getitem && replayable_view(&target.name).is_none() {
+            return Err(format!("`{}` is not a view it replays", target.name));
+        }
+        self.replay_args(v, src)
+    }
+
+    fn common_view_source(&self, members: &[NodeId]) -> std::result::Result<UnitRecipe, String> {
+        let chains: Vec<Vec<NodeId>> = members.iter().map(|&m| self.view_chain(m)).collect();
+        let anchor = chains
+            .first()
+            .and_then(|c0| {
+                c0.iter()
+                    .copied()
+                    .find(|a| chains.iter().all(|c| c.contains(a)))
+            })
+            .ok_or("they have no common view source")?;
+        self.clone_source(anchor)
+            .map_err(|why| format!("their common view source cannot be cloned: {why}"))?;
+        let mut paths = Vec::new();
+        for (m, chain) in members.iter().zip(&chains) {
+            let below: Vec<NodeId> = chain.iter().copied().take_while(|&c| c != anchor).collect();
+            let mut replays = Vec::new();
+            for (i, &v) in below.iter().enumerate().rev() {
+                // The view's own source argument (the chain holds what it
+                // resolves to).
+                let Some(Role::View { src, .. }) = self.roles.get(v.idx()).cloned() else {
+                    return Err(format!("`{}` is not a view", self.graph.node(v).name));
+                };
+                debug_assert_eq!(self.resolve(src), ValueRef::Old(chain[i + 1]));
+                if self.graph.target_of(v).name == "aten::as_strided.default"
+                    && !self.within(v, anchor)
+                {
+                    return Err(format!(
+                        "`{}` is an as_strided view not provably inside the memory of `{}`",
+                        self.graph.node(v).name,
+                        self.graph.node(anchor).name
+                    ));
+                }
+                replays.push(self.replay_args(v, src)?);
+            }
+            paths.push((*m, replays));
+        }
+        Ok(UnitRecipe::Ancestor { anchor, paths })
+    }
+
+    /// True when the static layout of `v` needs no storage element past
+    /// those of `anchor`: a copy of the anchor's storage holds it.
+    fn within(&self, v: NodeId, anchor: NodeId) -> bool {
+        let needed = |n: NodeId| {
+            strided_layout(self.graph, self.layout_source(n))
+                .map(|(size, stride, offset)| required_storage(&size, &stride, offset))
+        };
+        matches!((needed(v), needed(anchor)), (Some(a), Some(b)) if a <= b)
+    }
+
+    fn flat_recipe(&self, members: &[NodeId]) -> std::result::Result<UnitRecipe, String> {
+        let mut layouts = Vec::new();
+        let mut storage = None;
+        let mut dtype = None;
+        let mut needed = 0;
+        for &m in members {
+            let src = self.layout_source(m);
+            let meta = self.graph.node(src).meta.as_ref();
+            let Some((size, stride, offset)) = strided_layout(self.graph, src) else {
+                return Err(format!(
+                    "the layout of `{}` is not static",
+                    self.graph.node(m).name
+                ));
+            };
+            let key = meta.and_then(|m| m.storage);
+            if key.is_none() || storage.is_some_and(|s| Some(s) != key) {
+                return Err("their storage is not known to be one".into());
+            }
+            storage = key;
+            let dt = meta.map(|m| m.dtype.clone());
+            if dtype.is_some() && dtype != dt {
+                return Err("they differ in dtype".into());
+            }
+            dtype = dt;
+            needed = needed.max(required_storage(&size, &stride, offset));
+            layouts.push((m, size, stride, offset));
+        }
+        Ok(UnitRecipe::Flat {
+            source: members[0],
+            needed,
+            layouts,
+        })
+    }
+
+    /// Bytes one copy of the recipe moves, when static.
+    pub(super) fn recipe_bytes(&self, recipe: &UnitRecipe) -> Option<u64> {
+        let nbytes = |n: NodeId| {
+            self.graph
+                .node(self.layout_source(n))
+                .meta
+                .as_ref()
+                .and_then(crate::ir::TensorMeta::nbytes)
+        };
+        match recipe {
+            UnitRecipe::Single(n) | UnitRecipe::Ancestor { anchor: n, .. } => nbytes(*n),
+            UnitRecipe::Flat { source, needed, .. } => {
+                let item = self.graph.node(*source).meta.as_ref()?.itemsize;
+                u64::try_from(*needed).ok()?.checked_mul(u64::from(item))
+            }
+        }
+    }
+
+    /// Emits the copy of `recipe` before `af`; returns each member's value
+    /// made from it.
+    pub(super) fn emit_unit_clone(
+        &mut self,
+        af: NodeId,
+        recipe: &UnitRecipe,
+    ) -> Vec<(NodeId, ValueRef)> {
+        match recipe {
+            UnitRecipe::Single(n) => {
+                let base = self.resolve(*n);
+                vec![(*n, ValueRef::New(self.exact_clone(af, base, *n)))]
+            }
+            UnitRecipe::Ancestor { anchor, paths } => {
+                let base = self.resolve(*anchor);
+                let copy = ValueRef::New(self.exact_clone(af, base, *anchor));
+                let mut out = Vec::new();
+                for (m, replays) in paths {
+                    let mut v = copy;
+                    for (callee, rest, kwargs) in replays.clone() {
+                        let mut args = vec![PlanArg::Ref(v)];
+                        args.extend(rest);
+                        v = ValueRef::New(self.insert(
+                            af,
+                            callee,
+                            args,
+                            kwargs,
+                            MetaSource::Compute,
+                        ));
+                    }
+                    out.push((*m, v));
+                }
+                out
+            }
+            UnitRecipe::Flat {
+                source,
+                needed,
+                layouts,
+            } => {
+                let flat = self.insert(
+                    af,
+                    Callee::Aten("aten::as_strided.default"),
+                    vec![
+                        PlanArg::Ref(self.resolve(*source)),
+                        PlanArg::IntList(vec![*needed]),
+                        PlanArg::IntList(vec![1]),
+                        PlanArg::Int(0),
+                    ],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                let copy = self.insert(
+                    af,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(ValueRef::New(flat))],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                layouts
+                    .iter()
+                    .map(|(m, size, stride, offset)| {
+                        let v = self.insert(
+                            af,
+                            Callee::Aten("aten::as_strided.default"),
+                            vec![
+                                PlanArg::Ref(ValueRef::New(copy)),
+                                PlanArg::IntList(size.clone()),
+                                PlanArg::IntList(stride.clone()),
+                                PlanArg::Int(*offset),
+                            ],
+                            vec![],
+                            MetaSource::Compute,
+                        );
+                        (*m, ValueRef::New(v))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The values the call gets for its buffers (the real memory, or a
+    /// unit's copy) and for the read slots made again from a copy, and the
+    /// bytes each unit's copy moves.
+    pub(super) fn emit_buffers(
+        &mut self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneNote>],
+    ) -> EmittedBuffers {
+        let nb = call.buffers.len();
+        let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
+        let mut read_val: Vec<Option<ValueRef>> = vec![None; call.read_nodes.len()];
+        let mut unit_bytes = Vec::new();
+        for b in 0..nb {
+            if clone[b].is_none() {
+                buf_val[b] = Some(self.resolve(call.buffers[b].node));
+                continue;
+            }
+            if buf_val[b].is_some() {
+                continue;
+            }
+            let u = sharing.unit_of_buffer[b];
+            let members = self.unit_members(call, sharing, u);
+            // `unclonable` has checked the recipe; a plain copy of the buffer
+            // alone keeps the values should it not hold.
+            let recipe = self
+                .unit_recipe(&members)
+                .unwrap_or(UnitRecipe::Single(call.buffers[b].node));
+            unit_bytes.push((u, self.recipe_bytes(&recipe)));
+            let made = self.emit_unit_clone(call.node, &recipe);
+            let value_of = |cx: &Self, n: NodeId| {
+                made.iter()
+                    .find(|(m, _)| cx.resolve(*m) == cx.resolve(n))
+                    .map(|(_, v)| *v)
+            };
+            for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
+                buf_val[o] = value_of(self, call.buffers[o].node);
+            }
+            for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
+                read_val[r] = value_of(self, call.read_nodes[r].1);
+            }
+        }
+        let buf_val = buf_val
+            .into_iter()
+            .zip(&call.buffers)
+            .map(|(v, b)| v.unwrap_or_else(|| self.resolve(b.node)))
+            .collect();
+        (buf_val, read_val, unit_bytes)
+    }
+
+    /// Read argument `key` of the call: passed through, or, where a slot of
+    /// it is made again from a unit's copy, rebuilt with that value.
+    pub(super) fn read_arg(
+        &self,
+        call: &MutationCall,
+        key: &str,
+        read_val: &[Option<ValueRef>],
+    ) -> PlanArg {
+        let from_kwarg = PlanArg::FromKwarg {
+            node: call.node,
+            key: key.to_string(),
+        };
+        let made = |label: &str| {
+            call.read_nodes
+                .iter()
+                .zip(read_val)
+                .find(|((l, _), v)| l == label && v.is_some())
+                .and_then(|(_, v)| *v)
+        };
+        match self.graph.node(call.node).kwarg(key) {
+            Some(crate::ir::Value::Node(_)) => made(key).map_or(from_kwarg, PlanArg::Ref),
+            Some(crate::ir::Value::List(items) | crate::ir::Value::Tuple(items))
+                if (0..items.len()).any(|i| made(&format!("{key}[{i}]")).is_some()) =>
+            {
+                let rebuilt: Option<Vec<PlanArg>> = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| match made(&format!("{key}[{i}]")) {
+                        Some(v) => Some(PlanArg::Ref(v)),
+                        None => self.plan_arg(item),
+                    })
+                    .collect();
+                rebuilt.map_or(from_kwarg, PlanArg::List)
+            }
+            _ => from_kwarg,
+        }
+    }
+
+    /// The clone notes of a call: one per cloned unit, naming every member
+    /// the copy serves, with the bytes the copy moves.
+    pub(super) fn unit_notes(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneNote>],
+        unit_bytes: &[(usize, Option<u64>)],
+    ) -> Vec<CloneNote> {
+        let mut notes = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        for (b, note) in clone.iter().enumerate() {
+            let Some(note) = note else { continue };
+            let u = sharing.unit_of_buffer[b];
+            if seen.contains(&u) {
+                continue;
+            }
+            seen.push(u);
+            let mut others: Vec<String> = sharing
+                .unit_buffers(b)
+                .filter(|&o| o != b)
+                .map(|o| call.buffers[o].label.clone())
+                .collect();
+            others.extend(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.clone()),
+            );
+            let mut note = note.clone();
+            note.arg = call.buffers[b].label.clone();
+            note.bytes = unit_bytes
+                .iter()
+                .find(|(x, _)| *x == u)
+                .map_or(note.bytes, |(_, bytes)| *bytes);
+            if !others.is_empty() {
+                note.reason = format!(
+                    "{}; one copy also serves `{}`, which shared its memory in the program",
+                    note.reason,
+                    others.join("`, `")
+                );
+            }
+            notes.push(note);
+        }
+        notes
+    }
+}
