@@ -27,6 +27,20 @@ _ARG_TENSOR_LIST, _ARG_OTHER = _ARG["tensor_list"], _ARG["other"]
 _KIND = WIRE_CODES["target_kind"]
 _BIT = WIRE_CODES["tag_bit"]
 
+# The tags the engine reads, as (wire bit, tag). ``torch.Tag.out`` and
+# ``torch.Tag.inplace`` are newer than the oldest torch supported (2.11 and
+# 2.8 have neither): an operator cannot carry a tag its torch lacks, so a
+# missing one is simply never set. Without ``out`` torch's v2 form does not
+# give out= operators the fresh-buffer encoding either, so the engine reads
+# them as ordinary mutations, which is what they are then.
+_TAGS = tuple(
+    (_BIT[name], tag)
+    for name, tag in (
+        (name, getattr(torch.Tag, name, None)) for name in ("out", "inplace", "nondeterministic_seeded")
+    )
+    if tag is not None
+)
+
 
 def _type_code(t: Any) -> int:
     if isinstance(t, torch.TensorType):
@@ -69,11 +83,10 @@ def schema_facts(op: torch._ops.OpOverload) -> tuple[list[Any], list[Any], int]:
         aset, write = _alias(r)
         rets.append((_type_code(r.type), aset, write))
     tags = op.tags
-    bits = (
-        (_BIT["out"] if torch.Tag.out in tags else 0)
-        | (_BIT["inplace"] if torch.Tag.inplace in tags else 0)
-        | (_BIT["nondeterministic_seeded"] if torch.Tag.nondeterministic_seeded in tags else 0)
-    )
+    bits = 0
+    for bit, tag in _TAGS:
+        if tag in tags:
+            bits |= bit
     return args, rets, bits
 
 
