@@ -135,6 +135,15 @@ pub fn slice_scatter() -> Op {
     )
 }
 
+/// `aten::view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`.
+pub fn view_dtype() -> Op {
+    op(
+        "aten::view.dtype",
+        &[("self", Tensor, "a"), ("dtype", Other, "")],
+        &[(Tensor, "a")],
+    )
+}
+
 /// `aten::copy_.default(Tensor(a!) self, Tensor src) -> Tensor(a!)`.
 pub fn copy_() -> Op {
     op(

@@ -130,8 +130,31 @@ impl Context<'_> {
             if !exact && self.uses.users(*sc).iter().any(|u| !chain.contains_key(u)) {
                 return None;
             }
+            // A removed scatter's users read the base instead: the same
+            // elements, but another storage. A view that addresses the
+            // storage (`as_strided`, or one the engine cannot see into)
+            // would then read other elements (issue 30's minimal input).
+            if self.storage_addressed_through_views(*sc) {
+                return None;
+            }
         }
         Some(chain)
+    }
+
+    /// True when a view of `n` (directly or through other views) addresses
+    /// the storage rather than `n`'s elements: an `as_strided`, or a view
+    /// step the engine cannot resolve.
+    fn storage_addressed_through_views(&self, n: NodeId) -> bool {
+        self.uses
+            .users(n)
+            .iter()
+            .any(|&u| match &self.roles[u.idx()] {
+                Role::View { src, step, .. } if *src == n => {
+                    matches!(step, Some(ViewStep::AsStrided { .. } | ViewStep::Opaque(_)))
+                        || self.storage_addressed_through_views(u)
+                }
+                _ => false,
+            })
     }
 
     /// Queues the users of `n`, and of the views of `n`, for the write-back
@@ -214,6 +237,34 @@ impl Context<'_> {
         }
     }
 
+    /// True when `src` is `dst`'s own elements seen through `view(dtype)`
+    /// views of the same item size (which keep sizes and strides) and ends
+    /// in `dst`'s dtype: `copy_(dst, src)` then copies every bit onto
+    /// itself. The write-back of an input mutated through `x.view(int32)`
+    /// comes back as `copy_(x, y.view(float32))` with `y` that int32 view.
+    fn same_bits_through_dtype_views(&self, src: NodeId, dst: NodeId) -> bool {
+        let meta = |n: NodeId| self.graph.node(n).meta.as_ref();
+        let (Some(ms), Some(md)) = (meta(src), meta(dst)) else {
+            return false;
+        };
+        if ms.dtype.is_empty() || ms.dtype != md.dtype || ms.itemsize != md.itemsize {
+            return false;
+        }
+        let reinterpreting = |step: &ViewStep| match step {
+            ViewStep::Opaque(v) => {
+                self.graph.target_of(*v).name == "aten::view.dtype"
+                    && meta(*v).is_some_and(|m| m.itemsize == md.itemsize && m.itemsize > 0)
+            }
+            _ => false,
+        };
+        let strip = |g: Geometry| Geometry {
+            root: g.root,
+            steps: g.steps.into_iter().filter(|s| !reinterpreting(s)).collect(),
+        };
+        let (gs, gd) = (strip(self.geometry(src)), strip(self.geometry(dst)));
+        gs != self.geometry(src) && gs == gd
+    }
+
     pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
         let (rd, rs) = (self.find(dst), self.find(src));
         if rd == rs {
@@ -231,7 +282,9 @@ impl Context<'_> {
                 }
                 _ => false,
             };
-            let same_geometry = same_layout || self.geometry(src) == self.geometry(dst);
+            let same_geometry = same_layout
+                || self.geometry(src) == self.geometry(dst)
+                || self.same_bits_through_dtype_views(src, dst);
             if same_geometry && self.ver[src.idx()] == self.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
                     self.replace(copy, ValueRef::Old(dst));
@@ -274,7 +327,9 @@ impl Context<'_> {
 mod tests {
     use super::super::tests::{erased, only_decision, plan_of};
     use super::*;
-    use crate::analysis::test_graph::{copy_, meta, n, neg, scale_, slice, slice_scatter, B};
+    use crate::analysis::test_graph::{
+        copy_, meta, n, neg, scale_, slice, slice_scatter, view_dtype, B,
+    };
     use crate::ir::Value;
     use crate::plan::Action;
 
@@ -290,6 +345,73 @@ mod tests {
         assert_eq!(only_decision(&p).action, Action::Reinplaced);
         assert_eq!(p.report.writebacks_removed, 1);
         assert!(erased(&p).contains(&c));
+    }
+
+    /// Metadata of a `[s0, 8]` tensor of `dtype` (4 bytes an element): its
+    /// layout is symbolic, so no static layout proves two views equal.
+    fn symbolic(dtype: &str) -> crate::ir::TensorMeta {
+        crate::ir::TensorMeta {
+            dtype: dtype.into(),
+            shape: None,
+            stride: None,
+            ..meta(&[4, 8])
+        }
+    }
+
+    fn written_through_dtype_views(back: &str) -> (crate::ir::Graph, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        b.g.nodes[x.idx()].meta = Some(symbolic("float32"));
+        let dt = |d: &str| Value::Dtype(d.into());
+        let v = b.call_meta(
+            "v",
+            &view_dtype(),
+            vec![n(x), dt("int32")],
+            Some(symbolic("int32")),
+        );
+        let af = b.scale_v2("af", v);
+        let nv = b.getitem("nv", af, 1);
+        let v2 = b.call_meta(
+            "v2",
+            &view_dtype(),
+            vec![n(nv), dt(back)],
+            Some(symbolic(back)),
+        );
+        let c = b.call("c", &copy_(), vec![n(x), n(v2)]);
+        (b.output(&[]), c)
+    }
+
+    #[test]
+    fn an_input_written_through_a_dtype_view_needs_no_copy_back() {
+        // `copy_(x, x.view(int32).view(float32))`: every bit onto itself.
+        let (g, c) = written_through_dtype_views("float32");
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        assert_eq!(p.report.writebacks_removed, 1);
+        assert!(erased(&p).contains(&c));
+        // Only the in-place call is inserted: no clone, no copy.
+        let aten_inserts = p.edits.iter().filter(|e| {
+            matches!(
+                e,
+                Edit::Insert {
+                    callee: Callee::Aten(_),
+                    ..
+                }
+            )
+        });
+        assert_eq!(aten_inserts.count(), 0, "{:?}", p.edits);
+    }
+
+    #[test]
+    fn a_copy_back_that_converts_values_stays() {
+        // Read back as int32 into a float32 input: `copy_` converts values.
+        let (g, c) = written_through_dtype_views("int32");
+        let p = plan_of(&g);
+        assert_eq!(p.report.writebacks_removed, 0);
+        let copies_again = p.edits.iter().any(|e| {
+            matches!(e, Edit::Insert { callee: Callee::Aten(name), .. } if *name == "aten::copy_.default")
+        });
+        assert!(!erased(&p).contains(&c) || copies_again, "{:?}", p.edits);
     }
 
     /// `t[0:2]` written by a v1 call, then scattered back into `t[start:2+start]`.

@@ -6,6 +6,7 @@
 //! - [`interp`]: the reference interpreter that runs an original graph and
 //!   its planned program, so the two can be compared;
 //! - [`plans`]: reading plans and the oracles every plan must pass.
+//! - [`seeds`]: the fixed seeds of the property tests (CI is deterministic).
 //!
 //! A test file pulls it in with `mod common;`, a bench with
 //! `#[path = "../../tests/common/mod.rs"]`. Each includes all of it and uses a
@@ -23,3 +24,4 @@ pub mod interp;
 pub mod ops;
 pub mod plans;
 pub mod random;
+pub mod seeds;
