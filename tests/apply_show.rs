@@ -14,7 +14,7 @@ use fxrewrite::ir::validate::validate;
 use fxrewrite::ir::{Graph, NodeId, OpCode, TargetId, TargetKind, Value};
 use fxrewrite::plan::apply::apply_plan;
 use fxrewrite::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
-use fxrewrite::{plan, Action, Edit, Error, Plan};
+use fxrewrite::{plan, plan_with, Action, Edit, Error, Plan, PlanOptions};
 
 // ----- inspection ------------------------------------------------------------------
 
@@ -49,6 +49,22 @@ fn af_count(g: &Graph) -> usize {
 /// a valid graph, unique names, no auto_functionalized node but those left
 /// alone, and nothing more to do on a second round.
 fn applied(g: &Graph) -> (Plan, Graph) {
+    applied_with(g, &PlanOptions::default())
+}
+
+/// Options that leave only the calls whose sharing no record attributes
+/// (the default holds back the whole graph then): for tests of the
+/// per-call machinery around such a call.
+fn per_call() -> PlanOptions {
+    PlanOptions {
+        hold_back_only_the_call: true,
+        ..PlanOptions::default()
+    }
+}
+
+/// [`applied`] with `options`, for both rounds.
+fn applied_with(g: &Graph, options: &PlanOptions) -> (Plan, Graph) {
+    let plan = |g: &Graph| plan_with(g, options.clone());
     let p = plan(g).unwrap();
     let out = apply_plan(g, &p).unwrap_or_else(|e| panic!("{e}\n{}\n{p:#?}", to_fx_text(g)));
     validate(&out).unwrap();
@@ -1034,7 +1050,7 @@ fn a_call_writing_an_input_and_a_clone_needs_no_second_round() {
         1_884_457_492_860_790_140,
         true,
     );
-    let (p, out) = applied(&g);
+    let (p, out) = applied_with(&g, &per_call());
     assert_eq!(
         actions(&p),
         [Action::Left, Action::Cloned],
@@ -1056,14 +1072,9 @@ mod props {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: std::env::var("PROPTEST_CASES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(256),
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        // Fixed seed in CI; a wider run is `FXREWRITE_PROPTEST_SEED=random`
+        // (tests/common/seeds.rs).
+        #![proptest_config(common::seeds::config(256))]
 
         #[test]
         fn applying_engine_plans_gives_valid_graphs(
@@ -1153,7 +1164,7 @@ fn a_clone_of_a_removed_scatter_has_the_layout_of_its_base() {
         2_821_631_395_944_431_665,
         true,
     );
-    let (p, out) = applied(&g);
+    let (p, out) = applied_with(&g, &per_call());
     let text = to_fx_text(&out);
     assert!(
         text.contains("[2, 3], [8, 1], 0), kwargs = {})\n    %rot_default_1"),
@@ -1200,7 +1211,7 @@ fn a_unit_on_an_earlier_calls_result_is_cut_from_one_copy() {
         true,
     );
     add_alias_records(&mut g, 2_790_060_410_634_904_553);
-    let (p, out) = applied(&g);
+    let (p, out) = applied_with(&g, &per_call());
     let d = p
         .report
         .decisions

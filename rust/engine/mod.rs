@@ -39,6 +39,7 @@ use crate::plan::{
 
 mod emit;
 mod hazards;
+mod hold_back;
 mod layout;
 mod mutation;
 mod realize;
@@ -106,6 +107,11 @@ pub struct PlanOptions {
     /// `ns::name.overload`: the escape hatch for kernels that break their own
     /// schema (write outside the view they are given, for one).
     pub leave: Vec<String>,
+    /// Leave only the calls whose sharing no record attributes, and rewrite
+    /// the others (the default holds back the whole graph then: see
+    /// `engine/hold_back.rs`). Only for tests of the per-call machinery: the
+    /// program is then not the one Inductor alone compiles.
+    pub hold_back_only_the_call: bool,
 }
 
 impl PlanOptions {
@@ -205,10 +211,16 @@ pub fn plan(graph: &Graph) -> Result<Plan> {
 pub fn plan_with(graph: &Graph, options: PlanOptions) -> Result<Plan> {
     validate(graph)?;
     let mut cx = Context::new(graph);
+    let whole_graph = !options.hold_back_only_the_call;
     cx.options = options;
     cx.run();
     cx.realize_early_readers();
-    Ok(cx.finish())
+    let plan = cx.finish();
+    Ok(if whole_graph {
+        hold_back::whole_graph_if_unattributed(plan)
+    } else {
+        plan
+    })
 }
 
 fn nid(i: usize) -> NodeId {

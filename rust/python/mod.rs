@@ -150,6 +150,7 @@ impl PyGraph {
         let graph = &self.graph;
         let options = crate::engine::PlanOptions {
             leave: leave.unwrap_or_default(),
+            ..Default::default()
         };
         let plan = py
             .detach(|| crate::engine::plan_with(graph, options))
@@ -193,6 +194,7 @@ impl PyGraph {
         let graph = &self.graph;
         let options = crate::engine::PlanOptions {
             leave: leave.unwrap_or_default(),
+            ..Default::default()
         };
         let (out, plan) = py
             .detach(|| -> crate::Result<_> {
