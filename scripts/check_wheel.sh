@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
-# The install story, tried: build the wheel once, check that its tag is abi3, install it with
-# --no-deps into a small virtual environment per supported Python and run the command line tool
-# there on the committed fixtures (inspect, check, explain --json). Those environments have no
-# torch: on .fxir files the tool must not need it.
-#   bash scripts/check_wheel.sh            # scripts/test.sh calls it
+# The install story, tried. Default: the release wheel of scripts/build_wheel.sh (zig, glibc 2.28).
+# It fails unless (a) its file name says cp310-abi3 and manylinux_2_28 or older, (b) `auditwheel
+# show` finds it consistent with manylinux_2_28 or older, and (c) no symbol of the extension
+# needs a glibc newer than 2.28 (objdump -T: the tag alone could lie). --sdist: the source
+# distribution instead, built into a wheel by pip with build isolation (maturin from PyPI, cargo
+# with --locked): it must hold all the source and lock file a build from it needs.
+# Either wheel is then installed with --no-deps into a small virtual environment per supported
+# Python, where the command line tool runs on the committed fixtures (inspect, check, explain
+# --json). Those environments have no torch: on .fxir files the tool must not need it.
+#   bash scripts/check_wheel.sh            # the release wheel; scripts/test.sh calls it
+#   bash scripts/check_wheel.sh --sdist    # the sdist; scripts/test.sh calls it too
 #   FXREWRITE_WHEEL_PYTHONS="3.10 3.13" bash scripts/check_wheel.sh
 # A version that is not installed is skipped with a "skipped:" line; any other failure fails.
+# Needs only python3 and a Rust toolchain: maturin, zig and auditwheel come from the build
+# environment of scripts/build_wheel.sh (made from PyPI on its first run), and its pip installs
+# into the per-version environments. objdump (Debian binutils) is installed when missing.
 set -euo pipefail
+MODE=release
+case "${1:-}" in
+    "") ;;
+    --sdist) MODE=sdist ;;
+    -h | --help)
+        sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+        exit 0
+        ;;
+    *)
+        echo "usage: bash scripts/check_wheel.sh [--sdist]   (--help for more)" >&2
+        exit 2
+        ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-# maturin and the pip that installs into the bare venvs come from the environment of setup.sh.
-if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
-    . .venv/bin/activate
-fi
+# The newest glibc the release wheel may need: torch's and vLLM's wheels are manylinux_2_28.
+GLIBC_MAX=28
 FIXTURES=("$ROOT/tests/data/cli_model_v2.fxir" "$ROOT/tests/data/cli_model_v1.fxir")
-OUT="$ROOT/target/wheel-check"
 VERSIONS="${FXREWRITE_WHEEL_PYTHONS:-3.10 3.11 3.12 3.13}"
 PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
+BUILD_PY="$ROOT/target/wheel-build-venv/bin/python"
 v=""
-trap 'echo "error: wheel check failed${v:+ on python$v}" >&2' ERR
+trap 'echo "error: $MODE wheel check failed${v:+ on python$v}" >&2' ERR
 
 # The interpreter for version $1, or nothing. pyenv's shims exist for versions that are not
 # selected and then fail, so every candidate must run and report the right version.
@@ -36,6 +56,85 @@ find_python() {
 # Fails, showing the output, unless $2 matches the regular expression $1.
 expect() {
     grep -q -- "$1" <<<"$2" || { printf 'expected /%s/ in:\n%s\n' "$1" "$2" >&2; return 1; }
+}
+
+# The glibc minor version (2.N) that manylinux platform tag $1 promises, or nothing when $1 is
+# not a manylinux tag (linux_x86_64, musllinux_*). The legacy names are PEP 600's aliases.
+glibc_of_tag() {
+    case "$1" in
+        manylinux_2_[0-9]*_*) sed 's/^manylinux_2_\([0-9]*\)_.*/\1/' <<<"$1" ;;
+        manylinux2014_*) echo 17 ;;
+        manylinux2010_*) echo 12 ;;
+        manylinux1_*) echo 5 ;;
+    esac
+}
+
+# Fails unless wheel $1 holds the package's Python files, stubs and the abi3 extension.
+check_contents() {
+    "$BUILD_PY" - "$1" <<'EOF'
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+need = {"fxrewrite/__init__.py", "fxrewrite/cli.py", "fxrewrite/_core.pyi", "fxrewrite/py.typed",
+        "fxrewrite/_core.abi3.so"}
+assert need <= names, f"missing from the wheel: {sorted(need - names)}"
+EOF
+}
+
+# (a), (b), (c) of the header on the release wheel $1.
+check_glibc() {
+    local wheel="$1" name plat p n out tag so
+    name="$(basename "$wheel")"
+    # (a) The platform part of the name: one tag, or several joined by dots.
+    plat="${name%.whl}"
+    plat="${plat##*-}"
+    IFS=. read -ra plats <<<"$plat"
+    for p in "${plats[@]}"; do
+        n="$(glibc_of_tag "$p")"
+        if [ -z "$n" ] || [ "$n" -gt "$GLIBC_MAX" ]; then
+            echo "error: $name: platform tag $p is not manylinux_2_$GLIBC_MAX or older" >&2
+            return 1
+        fi
+    done
+    # (b) auditwheel wraps its lines; joined, the verdict reads
+    # '... is consistent with the following platform tag: "manylinux_2_28_x86_64".'
+    out="$("$ROOT/target/wheel-build-venv/bin/auditwheel" show "$wheel" 2>&1 | tr -s ' \n' '  ')" ||
+        { echo "error: auditwheel show $name failed: $out" >&2; return 1; }
+    tag="$(sed -n 's/.*consistent with the following platform tag: "\([^"]*\)".*/\1/p' <<<"$out")"
+    n="$(glibc_of_tag "$tag")"
+    if [ -z "$n" ] || [ "$n" -gt "$GLIBC_MAX" ]; then
+        echo "error: auditwheel: $name is not consistent with manylinux_2_$GLIBC_MAX:" >&2
+        echo "$out" >&2
+        return 1
+    fi
+    echo "auditwheel: $name is consistent with the following platform tag: \"$tag\""
+    # (c) Every versioned glibc symbol the extension needs, from the dynamic symbol table.
+    so="$OUT/so"
+    "$BUILD_PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("fxrewrite/_core.abi3.so", sys.argv[2])' \
+        "$wheel" "$so"
+    if ! command -v objdump >/dev/null 2>&1; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends binutils
+        else
+            echo "error: objdump not found; install binutils (apt-get install binutils)" >&2
+            return 1
+        fi
+    fi
+    objdump -T "$so/fxrewrite/_core.abi3.so" >"$OUT/objdump-T.txt"
+    # Lines read '0000000000000000  w   DF *UND*  0000000000000000 (GLIBC_2.28) statx': the
+    # version may be in parentheses, the symbol is the last field.
+    out="$(awk -v max="$GLIBC_MAX" '
+        match($0, /GLIBC_[0-9]+\.[0-9]+(\.[0-9]+)?/) {
+            ver = substr($0, RSTART + 6, RLENGTH - 6); split(ver, part, ".")
+            key = part[1] * 1000 + part[2]
+            if (key > top) { top = key; topver = ver }
+            if (part[1] > 2 || part[2] > max) bad = bad " " $NF "@GLIBC_" ver
+        }
+        END { if (topver == "") topver = "none"; print topver; print bad }' "$OUT/objdump-T.txt")"
+    if [ -n "$(sed -n 2p <<<"$out")" ]; then
+        echo "error: _core.abi3.so needs a glibc newer than 2.$GLIBC_MAX:$(sed -n 2p <<<"$out")" >&2
+        return 1
+    fi
+    echo "glibc: _core.abi3.so needs at most GLIBC_$(head -n 1 <<<"$out") (objdump -T)"
 }
 
 # Runs the installed tool in venv $1 (outside the checkout, so python/ cannot shadow the
@@ -64,16 +163,51 @@ assert len(decisions) == 2 and {d["action"] for d in decisions} == {"reinplaced"
     done
 }
 
-rm -rf "$OUT"
-mkdir -p "$OUT"
-# The same features as test.sh's `maturin develop`, so cargo reuses that build: this only packs.
-maturin build --release --out "$OUT/dist" >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log" >&2; false; }
-WHEELS=("$OUT"/dist/fxrewrite-*.whl)
-WHEEL="${WHEELS[0]}"
+if [ "$MODE" = release ]; then
+    OUT="$ROOT/target/wheel-check"
+    rm -rf "$OUT"
+    mkdir -p "$OUT"
+    WHEEL="$(bash scripts/build_wheel.sh "$OUT/dist" 2>"$OUT/build.log" | tail -n 1)" ||
+        { cat "$OUT/build.log" >&2; false; }
+else
+    OUT="$ROOT/target/sdist-check"
+    rm -rf "$OUT"
+    mkdir -p "$OUT"
+    SDIST="$(bash scripts/build_wheel.sh --sdist "$OUT/sdist" 2>"$OUT/sdist.log" | tail -n 1)" ||
+        { cat "$OUT/sdist.log" >&2; false; }
+    "$BUILD_PY" - "$SDIST" <<'EOF'
+import sys, tarfile
+names = {n.split("/", 1)[1] for n in tarfile.open(sys.argv[1]).getnames() if "/" in n}
+need = {"PKG-INFO", "pyproject.toml", "Cargo.toml", "Cargo.lock", "README.md", "rust/lib.rs",
+        "python/fxrewrite/__init__.py", "python/fxrewrite/_core.pyi", "python/fxrewrite/py.typed"}
+assert need <= names, f"missing from the sdist: {sorted(need - names)}"
+EOF
+    echo "sdist: $(basename "$SDIST")"
+    # From the sdist alone: pip unpacks it into a temporary folder and builds it there, with
+    # the build backend that its pyproject.toml names installed from PyPI into an isolated
+    # environment (PIP_NO_BUILD_ISOLATION from the caller must not turn that off); --locked:
+    # cargo must build from the Cargo.lock in the sdist. Only the compiled crates.io
+    # dependencies are kept between runs (CARGO_TARGET_DIR), which no file of the sdist can stand
+    # in for.
+    if ! env -u PIP_NO_BUILD_ISOLATION -u VIRTUAL_ENV MATURIN_PEP517_ARGS="--locked" \
+        CARGO_TARGET_DIR="$ROOT/target/sdist-cargo" \
+        "$BUILD_PY" -m pip wheel --no-deps --no-cache-dir --wheel-dir "$OUT/dist" "$SDIST" \
+        >"$OUT/pip-wheel.log" 2>&1; then
+        cat "$OUT/pip-wheel.log" >&2
+        echo "error: pip wheel $(basename "$SDIST") failed" >&2
+        false
+    fi
+    WHEELS=("$OUT"/dist/fxrewrite-*.whl)
+    WHEEL="${WHEELS[0]}"
+fi
 case "$(basename "$WHEEL")" in
     fxrewrite-*-cp310-abi3-*.whl) echo "wheel: $(basename "$WHEEL")" ;;
     *) echo "error: $(basename "$WHEEL") is not a cp310-abi3 wheel" >&2; exit 1 ;;
 esac
+check_contents "$WHEEL"
+if [ "$MODE" = release ]; then
+    check_glibc "$WHEEL"
+fi
 
 for v in $VERSIONS; do
     py="$(find_python "$v")"
@@ -84,7 +218,7 @@ for v in $VERSIONS; do
     venv="$OUT/py$v"
     "$py" -m venv --without-pip "$venv"
     # The build environment's pip installs into the bare venv: no pip bootstrap per version.
-    python -m pip --python "$venv/bin/python" install --quiet --no-deps --no-index "$WHEEL"
+    "$BUILD_PY" -m pip --python "$venv/bin/python" install --quiet --no-deps --no-index "$WHEEL"
     (smoke "$venv")
     echo "ok: python$v ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')): inspect, check, explain --json"
 done

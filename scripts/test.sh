@@ -25,8 +25,10 @@ echo "== mypy (strict, the package)"
 python -m mypy python/fxrewrite
 echo "== stub check"
 python -m mypy.stubtest fxrewrite._core --ignore-missing-stub --allowlist scripts/stubtest-allowlist.txt
-echo "== wheel: abi3 tag, the command line tool on every installed Python from 3.10"
+echo "== wheel: the release wheel (manylinux_2_28, abi3), the command line tool on every installed Python from 3.10"
 bash scripts/check_wheel.sh
+echo "== sdist: a wheel built from it by pip (maturin from PyPI), the same checks"
+bash scripts/check_wheel.sh --sdist
 echo "== cargo test"
 cargo test --quiet
 echo "== pytest"
