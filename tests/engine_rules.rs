@@ -331,6 +331,44 @@ fn graph_input_written_back_is_reinplaced_and_the_copy_removed() {
     assert_eq!(inserted_aten(&p, "aten::clone.default"), 0);
 }
 
+/// `s = select_scatter(x, row, 0, 1)` of graph input `x`, a call writing
+/// `s`, then the write-back `copy_(x, other)` (or, `own`, of the call's
+/// result), and `s`'s new value returned. Inductor's reinplace pass makes
+/// such a scatter write `x` itself whatever the write-back's source: with
+/// another source, the write-back would then overwrite what the call wrote
+/// (issue 30), so the call writes a copy; with its own result, in place.
+fn scatter_of_an_input_written_back(own: bool) -> Graph {
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 8])));
+    let y = b.input("y", Some(meta(&[4, 8])));
+    let w = b.input("w", Some(meta(&[8])));
+    let row = b.input("row", Some(meta(&[8])));
+    let other = b.input("other", Some(meta(&[4, 8])));
+    let s = b.call_meta(
+        &select_scatter_op(),
+        vec![n(x), n(row), Value::Int(0), Value::Int(1)],
+        Some(meta(&[4, 8])),
+    );
+    let af = rms_v2(&mut b, s, y, w);
+    let g1 = b.getitem(af, 1);
+    b.call(&copy_op(), vec![n(x), n(if own { g1 } else { other })]);
+    b.output(&[g1])
+}
+
+#[test]
+fn a_scatter_of_an_input_overwritten_by_its_write_back_is_written_as_a_copy() {
+    let g = scatter_of_an_input_written_back(false);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{:#?}", p.report);
+    let reason = &p.report.decisions[0].clones[0].reason;
+    assert!(reason.contains("Inductor's reinplace pass"), "{reason}");
+    same_results(&g, &p).unwrap();
+    let g = scatter_of_an_input_written_back(true);
+    let p = planned(&g);
+    assert_ne!(actions(&p), [Action::Cloned], "{:#?}", p.report);
+    same_results(&g, &p).unwrap();
+}
+
 #[test]
 fn graph_input_not_written_back_is_cloned() {
     let (g, g1, _) = input_write(false);
@@ -392,6 +430,63 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
     assert_eq!(calls[0].1[0], PlanArg::Ref(ValueRef::Old(q)));
     assert_eq!(calls[0].1[1], PlanArg::Ref(ValueRef::Old(k)));
     assert_eq!(p.new_nodes, 1);
+}
+
+/// vLLM's layer with a symbolic token count, v1 form, the one line: the
+/// rotary writes `q` and `k`, two `split` outputs of one `qkv` matmul, each
+/// viewed as heads (`[s0, 2, 2]`, `s0` a SymInt node). They share a storage
+/// but not one element (column ranges `[0, 4)` and `[4, 8)`); only the row
+/// count is symbolic. Proven disjoint as with static shapes: rewritten in
+/// place, not held back for sharing (issue 30).
+#[test]
+fn v1_rotary_on_head_views_of_split_qkv_with_a_symbolic_token_count_is_rewritten() {
+    let sym_size = op(
+        "aten::sym_size.int",
+        vec![arg("self", Tensor, ""), arg("dim", Other, "")],
+        vec![ret(Other, "")],
+    );
+    let view = op(
+        "aten::view.default",
+        vec![arg("self", Tensor, "a"), arg("size", Other, "")],
+        vec![ret(Tensor, "a")],
+    );
+    // Symbolic layouts: no static shape or stride in the metadata.
+    let symbolic = |rank: u32| TensorMeta {
+        shape: None,
+        stride: None,
+        rank,
+        ..meta(&[3, 16])
+    };
+    let mut b = B::new();
+    let a = b.input("a", Some(symbolic(2)));
+    let wq = b.input("wqkv", Some(meta(&[8, 16])));
+    let cos = b.input("cos", Some(symbolic(2)));
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(symbolic(2)));
+    let s0 = b.call(&sym_size, vec![n(a), Value::Int(0)]);
+    let split = b.call(
+        &split_with_sizes_op(),
+        vec![n(mm), ints(&[4, 4, 8]), Value::Int(-1)],
+    );
+    let q = b.getitem(split, 0);
+    let k = b.getitem(split, 1);
+    let heads = |b: &mut B, t: NodeId| {
+        b.call_meta(
+            &view,
+            vec![n(t), Value::List(vec![n(s0), Value::Int(2), Value::Int(2)])],
+            Some(symbolic(3)),
+        )
+    };
+    let qh = heads(&mut b, q);
+    let kh = heads(&mut b, k);
+    let af = b.v1(&rot_op(), vec![("q", n(qh)), ("k", n(kh)), ("cos", n(cos))]);
+    let g1 = b.getitem(af, 1);
+    let g2 = b.getitem(af, 2);
+    let r = b.call(&add_op(), vec![n(g1), n(g2)]);
+    let g = b.output(&[r]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Reinplaced], "{:#?}", p.report);
+    assert!(p.report.decisions[0].clones.is_empty());
+    same_results(&g, &p).unwrap();
 }
 
 #[test]

@@ -60,6 +60,8 @@ impl Context<'_> {
                 .contains(&structural_root(&self.roles, call.buffers[b].node))
             {
                 Some("the buffer is also written by another in-place operator".to_string())
+            } else if let Some(why) = self.scatter_reinplaced_into_overwritten_input(call, b) {
+                Some(why)
             } else {
                 sharing.split[b].clone()
             };
@@ -229,6 +231,75 @@ impl Context<'_> {
     }
 
     /// The getitem nodes of `call` that stand for buffer `b`'s new value.
+    /// Why buffer `b` must be a copy when it is the result of an operator
+    /// that Inductor's reinplace pass later makes write its first argument
+    /// in place (`select_scatter`, `index_put`, ...), that argument is a
+    /// graph input the graph writes back (`copy_`) with another value, and
+    /// the buffer is read after that write-back. Inductor's `can_inplace`
+    /// accepts such a scatter whatever the write-back's source, so the
+    /// scatter's result becomes the input's memory and the write-back then
+    /// overwrites what this call wrote in place (issue 30: a user's clone of
+    /// an input written twice, `a1[1] = 7; t0 = a1.clone(); lin_out(out=a1);
+    /// opt_list([t0])`). Unrewritten, Inductor writes a clone of it instead.
+    fn scatter_reinplaced_into_overwritten_input(
+        &self,
+        call: &MutationCall,
+        b: usize,
+    ) -> Option<String> {
+        const REINPLACED_BY_INDUCTOR: &[&str] = &[
+            "aten::slice_scatter.default",
+            "aten::select_scatter.default",
+            "aten::as_strided_scatter.default",
+            "aten::index_put.default",
+            "aten::_unsafe_index_put.default",
+        ];
+        let root = structural_root(&self.roles, call.buffers[b].node);
+        let node = self.graph.node(root);
+        if node.op != OpCode::CallFunction
+            || !REINPLACED_BY_INDUCTOR.contains(&self.graph.target_of(root).name.as_str())
+        {
+            return None;
+        }
+        let first = structural_root(&self.roles, node.args.first()?.as_node()?);
+        if self.graph.node(first).op != OpCode::Placeholder {
+            return None;
+        }
+        let copy = *self.writeback.get(&first)?;
+        let Role::InputWriteBack { src, .. } = self.roles[copy.idx()] else {
+            return None;
+        };
+        let mut values = self.result_nodes(call, b);
+        if values.contains(&src) {
+            return None;
+        }
+        values.push(root);
+        let c_pos = self.pos[copy.idx()];
+        let mut late = None;
+        for v in values {
+            let pos = &self.pos;
+            for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
+                if pos[r.idx()] > c_pos {
+                    late = Some(r);
+                    return false;
+                }
+                true
+            });
+            if late.is_some() {
+                break;
+            }
+        }
+        let late = late?;
+        Some(format!(
+            "`{}` writes graph input `{}` in place once Inductor's reinplace pass has run, and the \
+             graph's write-back `{}` overwrites that input with another value before `{}` reads \
+             this buffer",
+            node.name,
+            self.graph.node(first).name,
+            self.graph.node(copy).name,
+            self.graph.node(late).name
+        ))
+    }
+
     pub(super) fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
         let mut out = Vec::new();
         for &u in self.uses.users(call.node) {

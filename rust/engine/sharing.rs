@@ -221,7 +221,7 @@ impl Context<'_> {
                     && (!v1
                         || !self
                             .geometry(call.buffers[o].node)
-                            .disjoint_from(&self.geometry(call.buffers[b].node)))
+                            .provably_disjoint(&self.geometry(call.buffers[b].node)))
                 {
                     pairs.push((Slot::Buffer(o), Slot::Buffer(b)));
                 }
