@@ -5,6 +5,18 @@ is shrunk to a small reproducer.
     python tests/campaign.py --full 300 --forms v2,v1 --seed 1 --out /tmp/campaign
     python tests/campaign.py --capture 2000 --forms v2 --seed 2 --out /tmp/campaign
 
+    python tests/campaign.py --minutes 25          # the accumulating campaign
+    python tests/campaign.py --minutes 3 --no-log  # CI's slice
+
+``--minutes N`` is the campaign that accumulates (issue 30): both installs
+(``fxrewrite.install()`` and the one line), both forms, a quarter of the
+programs compiled with ``dynamic=True``, every program judged against eager
+*and* Inductor alone. It stops by itself after N minutes (the program under
+way is finished), starts at the first seed no earlier row of
+``docs/campaign.md`` used, and appends one row per install and form there
+(commit it). Seeds are hypothesis seeds of batches of programs, odd seeds
+drawing programs with sharing calls (``programs(sharing=True)``).
+
 The pytest suite stops at the first failure and shrinks it; this script is
 for counting. It writes ``<out>/results.jsonl`` (one line per program) and
 ``<out>/summary.md`` (counts per form, causes with their shrunk programs and
@@ -14,14 +26,17 @@ sources). Discarded programs (Inductor alone wrong too) are counted apart.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
+import subprocess
 import sys
 import time
 import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +49,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 import test_random_programs as trp
+from gen_copies import GeneratedCopies
 from randprog import Program, make_inputs, programs, run, without_step
 
 
@@ -234,13 +250,232 @@ def _judge_one(
     return judge_one
 
 
+# ---------------------------------------------------------------------------
+# The accumulating campaign (--minutes).
+
+LOG = Path(__file__).resolve().parent.parent / "docs" / "campaign.md"
+BATCH = 8  # programs per seed
+COLUMNS = (
+    "programs",
+    "right",
+    "both_wrong",
+    "fxrewrite_wrong",
+    "inductor_crash_fxrewrite_wrong",
+    "held_back_differs",
+    "more_copies",
+    "fixes",
+    "clones",
+    "copies_fxrewrite",
+    "copies_inductor",
+)
+_LOG_HEAD = """# The random-program campaign
+
+One row per install and form for each run of `python tests/campaign.py
+--minutes N` (issue 30). Every program is compiled three times per form:
+Inductor alone, `fxrewrite.install()` (the pre pass records alias groups,
+`Pass(strict=True)`), and the one line (`post_grad_custom_post_pass =
+fxrewrite.pass_` only). A quarter are compiled with `dynamic=True`.
+
+- *right*: fxrewrite's results and input mutations equal eager's.
+- *both wrong*: fxrewrite and Inductor alone both differ from eager (or both
+  raise): a torch bug, not ours.
+- *fxrewrite wrong*: Inductor alone is right, fxrewrite is not (wrong values,
+  a raise, or a node left). Must be 0.
+- *Inductor crash, fxrewrite wrong*: Inductor alone raises, fxrewrite gives
+  silently wrong values. Must be 0.
+- *held back differs*: the pass held back a graph (sharing no record
+  attributes) and the program differs from Inductor alone's, bitwise. Must
+  be 0.
+- *more copies*: more copy kernels or bytes in the generated code than
+  Inductor alone.
+- *fixes*: Inductor alone wrong or raising, fxrewrite right.
+- *clones*: clones fxrewrite kept (from its reports); *copies*: copy kernels
+  and copy calls in the generated code, fxrewrite / Inductor alone.
+
+| date | commit | install | form | seeds | programs | right | both wrong | fxrewrite wrong | Inductor crash, fxrewrite wrong | held back differs | more copies | fixes | clones | copies fxrewrite | copies Inductor |
+| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+"""
+
+
+def next_seed(log: Path = LOG) -> int:
+    """The first seed no row of ``log`` used."""
+    if not log.exists():
+        return 0
+    last = -1
+    for m in re.finditer(r"^\|[^|]*\|[^|]*\|[^|]*\|[^|]*\| (\d+)-(\d+) \|", log.read_text(), re.M):
+        last = max(last, int(m.group(2)))
+    return last + 1
+
+
+def programs_of_seed(seed: int) -> list[Program]:
+    """The ``BATCH`` programs of ``seed``: the same on every run."""
+    out: list[Program] = []
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=BATCH,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(program=programs(min_steps=4, sharing=seed % 2 == 1))
+    def draw(program: Program) -> None:
+        if _runs(program):
+            out.append(program)
+
+    draw()
+    return out
+
+
+@dataclass
+class Tally:
+    counts: Counter[str] = dc_field(default_factory=Counter)
+    #: the first few problems of each wrong column, for the summary
+    examples: dict[str, list[str]] = dc_field(default_factory=lambda: defaultdict(list))
+
+    def add(self, column: str, program: Program, dynamic: bool, problem: str = "") -> None:
+        self.counts[column] += 1
+        if column in ("fxrewrite_wrong", "inductor_crash_fxrewrite_wrong", "held_back_differs"):
+            if len(self.examples[column]) < 3:
+                self.examples[column].append(f"{program!r} dynamic={dynamic}\n{problem[-1500:]}")
+
+
+def _bitwise(a: trp.Result, b: trp.Result) -> bool:
+    def same(x: torch.Tensor, y: torch.Tensor) -> bool:
+        return x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y))
+
+    return (
+        len(a.outputs) == len(b.outputs)
+        and all(same(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
+        and all(same(x, y) for x, y in zip(a.inputs, b.inputs, strict=True))
+    )
+
+
+def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str, Tally]) -> None:
+    """Compiles ``program`` with Inductor alone and with each install, and
+    adds it to the tally of each install."""
+    expected = trp.eager(program)
+    theirs: dict[str, Any] = {}
+    their_copies = GeneratedCopies()
+    alone = trp.full_compile(
+        program, expected, v2, dynamic, with_fxrewrite=False, copies=their_copies, sink=theirs
+    )
+    for install, tally in tallies.items():
+        ours: dict[str, Any] = {}
+        our_copies = GeneratedCopies()
+        problem = trp.full_compile(
+            program, expected, v2, dynamic, install=install, copies=our_copies, sink=ours
+        )
+        tally.counts["programs"] += 1
+        reports = ours.get("reports", [])
+        tally.counts["clones"] += sum(len(r.clones) for r in reports)
+        tally.counts["copies_fxrewrite"] += our_copies.total
+        tally.counts["copies_inductor"] += their_copies.total
+        if problem is None:
+            tally.add("right", program, dynamic)
+            if alone is not None:
+                tally.add("fixes", program, dynamic)
+        elif alone is None:
+            tally.add("fxrewrite_wrong", program, dynamic, problem)
+        elif alone.startswith("raised:") and not problem.startswith("raised:"):
+            tally.add("inductor_crash_fxrewrite_wrong", program, dynamic, problem)
+        else:
+            tally.add("both_wrong", program, dynamic)
+        held = any(d.cause == "unattributed_sharing" for r in reports for d in r.decisions)
+        if held:
+            both_ran = "result" in ours and "result" in theirs
+            same = (
+                _bitwise(ours["result"], theirs["result"])
+                if both_ran
+                else ("result" in ours) == ("result" in theirs)
+            )
+            if not same:
+                tally.add("held_back_differs", program, dynamic, f"ours: {problem}\nalone: {alone}")
+        if our_copies.total > their_copies.total or our_copies.bytes > their_copies.bytes:
+            tally.counts["more_copies"] += 1
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=LOG.parent,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=LOG.parent,
+        ).stdout.strip()
+        return out.stdout.strip() + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def accumulate(minutes: float, log: Path | None) -> int:
+    """Runs the campaign for ``minutes`` and appends its rows to ``log``
+    (none: CI's slice). Returns the exit status: 1 when a must-be-0 column
+    is not 0."""
+    first = next_seed(LOG)
+    deadline = time.monotonic() + minutes * 60
+    tallies = {(install, form): Tally() for install in trp.INSTALLS for form in ("v2", "v1")}
+    seed = first
+    judged = 0
+    t0 = time.perf_counter()
+    while time.monotonic() < deadline:
+        for i, program in enumerate(programs_of_seed(seed)):
+            if time.monotonic() >= deadline:
+                break
+            dynamic = (seed * BATCH + i) % 4 == 0
+            for form in ("v2", "v1"):
+                judge_installs(
+                    program,
+                    form == "v2",
+                    dynamic,
+                    {install: tallies[(install, form)] for install in trp.INSTALLS},
+                )
+            judged += 1
+            print(f"seed {seed} program {i}: {judged} judged, {time.perf_counter() - t0:.0f} s", flush=True)
+        seed += 1
+    last = seed - 1
+    date = datetime.date.today().isoformat()
+    rows = []
+    status = 0
+    for (install, form), tally in tallies.items():
+        c = tally.counts
+        label = {"full": "install()", "one_line": "one line"}[install]
+        rows.append(
+            f"| {date} | {_commit()} | {label} | {form} | {first}-{last} | "
+            + " | ".join(str(c[k]) for k in COLUMNS)
+            + " |"
+        )
+        for column, examples in tally.examples.items():
+            status = 1
+            for e in examples:
+                print(f"\n{label} {form}: {column}\n{e}", flush=True)
+    print("\n".join(rows))
+    if log is not None:
+        if not log.exists():
+            log.write_text(_LOG_HEAD)
+        with log.open("a") as f:
+            f.write("\n".join(rows) + "\n")
+        print(f"appended {len(rows)} rows to {log}")
+    return status
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", type=int, default=0, help="full-compile programs per form")
     ap.add_argument("--capture", type=int, default=0, help="captured-graph programs per form")
     ap.add_argument("--forms", default="v2,v1")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--shrink-budget", type=int, default=60, help="judgements per shrunk cause")
     ap.add_argument(
         "--from",
@@ -249,7 +484,18 @@ def main() -> None:
         help="results.jsonl of an earlier run: classify its failures again, group and shrink (no new programs)",
     )
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        help="the accumulating campaign: both installs and forms for this many minutes, rows "
+        "appended to docs/campaign.md (exits 1 when a wrong column is not 0)",
+    )
+    ap.add_argument("--no-log", action="store_true", help="with --minutes: append no row (CI's slice)")
     args = ap.parse_args()
+    if args.minutes is not None:
+        sys.exit(accumulate(args.minutes, None if args.no_log else LOG))
+    if args.out is None:
+        ap.error("--out is required (except with --minutes)")
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     summary_rows: list[str] = []

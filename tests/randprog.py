@@ -59,11 +59,26 @@ with an input, so the post-grad graph returns it as is) or ``("plus", v)``
 (``v + 0.5``: a fresh value read at the end). This keeps the post-grad
 graph's outputs one-to-one with the program's.
 
-The generator never passes overlapping memory as two *written* arguments of
-one call (the result would depend on the kernel's write order, which
-functionalization does not model). A read argument may alias a written one
-(every kernel computes its results before writing them), but is drawn
+By default the generator never passes overlapping memory as two *written*
+arguments of one call (the result would depend on the kernel's write order,
+which functionalization does not model). A read argument may alias a written
+one (those kernels compute their results before writing them), but is drawn
 disjoint from the written ones three times out of four.
+
+``programs(sharing=True)`` adds the shapes of issue 21: one memory in several
+slots of one call, written and read. Its steps are ``("dview", a)``
+(``a.view(torch.int32)``), ``("unbind", a, dim, n)`` and calls of kernels
+that write in sequence and read an argument *after* writing another:
+``("two_", a, b, c)`` (``a += 1; a += c; b *= 2``), ``("norm_out", out, x,
+w)`` (divides by ``x.abs().max()`` after writing ``out``), ``("out_aux", x,
+out, aux)`` (keywords ``out=``/``aux=``) and ``("bits_list_", (a, ...))``
+(a list whose int32 members get their sign bit flipped, float members
+scaled, in list order). Their arguments are a base and its aliases: a view
+of the same shape (what ``remove_noop_ops`` deletes), full and partial
+slices, selects, unbind parts, dtype views, transposes, or the user's clone
+(the pytorch#198031 shape). Such a call's result depends on exactly the
+sharing its arguments have, so comparing with eager checks that the
+compiled call saw eager's sharing.
 """
 
 from __future__ import annotations
@@ -153,6 +168,47 @@ def list_scale_(xs: list[torch.Tensor], s: float, site: int) -> None:
     _seen(site, **{f"xs[{i}]": x for i, x in enumerate(xs)})
     for x in xs:
         x.mul_(s)
+
+
+# Kernels of the sharing steps: they write in sequence and read an argument
+# after writing another, so a call whose arguments share memory gives what
+# eager gives only if the compiled call sees exactly eager's sharing.
+
+
+@torch.library.custom_op(f"{_LIB}::two_", mutates_args=("a", "b"))
+def two_(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, site: int) -> None:
+    _seen(site, a=a, b=b, c=c)
+    a.add_(1)
+    a.add_(c)
+    b.mul_(2)
+
+
+@torch.library.custom_op(f"{_LIB}::norm_out", mutates_args=("out",))
+def norm_out(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, site: int) -> None:
+    _seen(site, out=out, x=x, w=w)
+    out.copy_(x * w)
+    out.div_(x.abs().amax() + 1)
+
+
+@torch.library.custom_op(f"{_LIB}::out_aux", mutates_args=("out", "aux"))
+def out_aux(x: torch.Tensor, site: int, out: torch.Tensor, aux: torch.Tensor) -> None:
+    # Called with out= and aux= as keywords (custom_op refuses keyword-only tensors).
+
+    _seen(site, x=x, out=out, aux=aux)
+    out.copy_(x + 1)
+    aux.add_(out)
+
+
+@torch.library.custom_op(f"{_LIB}::bits_list_", mutates_args=("xs",))
+def bits_list_(xs: list[torch.Tensor], site: int) -> None:
+    """Float members are scaled by -2, int32 members (dtype views of float
+    memory) get their sign bit flipped, in list order."""
+    _seen(site, **{f"xs[{i}]": x for i, x in enumerate(xs)})
+    for x in xs:
+        if x.dtype == torch.int32:
+            x.bitwise_xor_(-(2**31))
+        else:
+            x.mul_(-2.0)
 
 
 OPS = torch.ops.fxr_rand
@@ -346,6 +402,21 @@ def _step_source(step: Step, site: int, names: list[str], new: Any) -> str:
     if kind == "unary":
         a = nm(step[2])
         return f"{new()} = " + _UNARY_SRC[step[1]].format(a=a)
+    if kind == "dview":
+        return f"{new()} = {nm(step[1])}.view(torch.int32)"
+    if kind == "unbind":
+        _, a, dim, count = step
+        outs = ", ".join(new() for _ in range(count))
+        return f"{outs}, = {nm(a)}.unbind({dim})"
+    if kind == "two_":
+        return f"two_({nm(step[1])}, {nm(step[2])}, {nm(step[3])}, {at})"
+    if kind == "norm_out":
+        return f"norm_out({nm(step[1])}, {nm(step[2])}, {nm(step[3])}, {at})"
+    if kind == "out_aux":
+        return f"out_aux({nm(step[1])}, {at}, out={nm(step[2])}, aux={nm(step[3])})"
+    if kind == "bits_list_":
+        xs = ", ".join(nm(v) for v in step[1])
+        return f"bits_list_([{xs}], {at})"
     raise ValueError(f"unknown step {step!r}")
 
 
@@ -373,6 +444,12 @@ _VAR_FIELDS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "maybe_": ((1, 2), ()),
     "list_scale_": ((), (1,)),
     "unary": ((2,), ()),
+    "dview": ((1,), ()),
+    "unbind": ((1,), ()),
+    "two_": ((1, 2, 3), ()),
+    "norm_out": ((1, 2, 3), ()),
+    "out_aux": ((1, 2, 3), ()),
+    "bits_list_": ((), (1,)),
 }
 
 
@@ -381,7 +458,9 @@ def created(step: Step) -> int:
     kind = step[0]
     if kind == "split":
         return int(step[4])
-    if kind in ("scale_", "add_into", "fused_add_", "rot_", "fill_rows_", "maybe_", "list_scale_"):
+    if kind == "unbind":
+        return int(step[3])
+    if kind in _MUTATE or kind in _SHARING_CALLS:
         return 0
     return 1
 
@@ -499,6 +578,18 @@ def run(program: Program, inputs: list[torch.Tensor] | tuple[torch.Tensor, ...])
             OPS.list_scale_([env[v] for v in step[1]], step[2], site)
         elif kind == "unary":
             env.append(unary(step[1], env[step[2]]))
+        elif kind == "dview":
+            env.append(env[step[1]].view(torch.int32))
+        elif kind == "unbind":
+            env.extend(env[step[1]].unbind(step[2]))
+        elif kind == "two_":
+            OPS.two_(env[step[1]], env[step[2]], env[step[3]], site)
+        elif kind == "norm_out":
+            OPS.norm_out(env[step[1]], env[step[2]], env[step[3]], site)
+        elif kind == "out_aux":
+            OPS.out_aux(env[step[1]], site, out=env[step[2]], aux=env[step[3]])
+        elif kind == "bits_list_":
+            OPS.bits_list_([env[v] for v in step[1]], site)
         else:
             raise ValueError(f"unknown step {step!r}")
     outs = []
@@ -536,7 +627,15 @@ class _Shadows:
         return self.t[v].untyped_storage().data_ptr()
 
     def cells(self, v: int) -> set[float]:
-        return set(self.t[v].reshape(-1).tolist())
+        t = self.t[v]
+        if t.dtype == torch.int32:  # a dtype view of float32 cells: name them as floats
+            t = t.view(torch.float32)
+        return set(t.reshape(-1).tolist())
+
+    def plain(self) -> list[int]:
+        """The variables ordinary steps may use: not the int32 dtype views
+        (only the sharing calls take those)."""
+        return [v for v in range(len(self.t)) if self.t[v].dtype != torch.int32]
 
     def overlap(self, a: int, b: int) -> bool:
         if self.storage(a) != self.storage(b):
@@ -656,7 +755,7 @@ def _view_shapes(t: torch.Tensor) -> list[tuple[int, ...]]:
 def _draw_step(draw: Any, sh: _Shadows, kind: str, target: int | None = None) -> Step | None:
     """One step of ``kind``; its first operand is ``target`` when given (the
     written one for a mutation). None when the kind does not apply."""
-    allv = list(range(len(sh)))
+    allv = sh.plain()
 
     def first(cands: list[int], *, prefer_recent: bool = True) -> int | None:
         if target is not None:
@@ -838,13 +937,13 @@ def _draw_old_reader(draw: Any, sh: _Shadows, outputs: list[int]) -> list[Step]:
     """A reader of x, a write of x or of memory overlapping it, then a user
     of the reader's result (or the result is returned: appended to
     ``outputs``)."""
-    allv = list(range(len(sh)))
+    allv = sh.plain()
     x = _pick(draw, allv, prefer_recent=True)
     step = _draw_step(draw, sh, "unary", target=x)
     assert step is not None
     steps = [step]
     r = len(sh) - 1
-    aliases = [x] + [u for u in range(len(sh) - 1) if u != x and sh.overlap(u, x)]
+    aliases = [x] + [u for u in sh.plain() if u != x and u != r and sh.overlap(u, x)]
     w = draw(st.sampled_from(aliases))
     write = _draw_step(draw, sh, draw(st.sampled_from(_MUTATE)), target=w)
     steps.append(write if write is not None else ("scale_", w, draw(st.sampled_from(SCALES))))
@@ -868,10 +967,116 @@ def _draw_old_reader(draw: Any, sh: _Shadows, outputs: list[int]) -> list[Step]:
     return steps
 
 
+_SHARING_CALLS = ("two_", "norm_out", "out_aux", "bits_list_")
+
+
+def _alias_of(draw: Any, sh: _Shadows, x: int) -> Step | None:
+    """A new view of ``x`` (or the user's clone of it) that a sharing call
+    may pass beside ``x``: a view of the same shape (which Inductor's
+    ``remove_noop_ops`` deletes), a full or partial slice, a select, the
+    parts of an unbind, an int32 dtype view, a transpose."""
+    t = sh.t[x]
+    kind = draw(
+        st.sampled_from(
+            ("same_view", "full_slice", "slice", "select", "unbind", "dview", "clone", "transpose")
+        )
+    )
+    if kind == "same_view":
+        sh.add(t.view(t.shape))
+        return ("view", x, tuple(t.shape))
+    if kind == "clone":
+        sh.add_fresh(t.clone())
+        return ("clone", x)
+    if kind == "dview":
+        if t.dtype != torch.float32:
+            return None
+        sh.add(t.view(torch.int32))
+        return ("dview", x)
+    if kind == "transpose":
+        if t.dim() < 2:
+            return None
+        sh.add(t.transpose(0, 1))
+        return ("transpose", x)
+    dims = [d for d in range(t.dim()) if t.shape[d] >= 1]
+    if not dims:
+        return None
+    dim = draw(st.sampled_from(dims))
+    size = t.shape[dim]
+    if kind == "full_slice":
+        sh.add(t.narrow(dim, 0, size))
+        return ("slice", x, dim, 0, size)
+    if kind == "slice":
+        # Partial slices of one width at nearby starts overlap each other.
+        width = draw(st.integers(1, size))
+        lo = draw(st.integers(0, size - width))
+        sh.add(t.narrow(dim, lo, width))
+        return ("slice", x, dim, lo, lo + width)
+    if kind == "select":
+        i = draw(st.integers(0, size - 1))
+        sh.add(t.select(dim, i))
+        return ("select", x, dim, i)
+    if size > 4:
+        return None
+    for part in t.unbind(dim):
+        sh.add(part)
+    return ("unbind", x, dim, size)
+
+
+def _prefer(draw: Any, preferred: list[int], others: list[int]) -> int:
+    """One of ``preferred`` three times out of four (when there are any)."""
+    if preferred and (not others or draw(st.integers(0, 3)) != 3):
+        return int(draw(st.sampled_from(preferred)))
+    return int(draw(st.sampled_from(others or preferred)))
+
+
+def _draw_shared_call(draw: Any, sh: _Shadows) -> list[Step]:
+    """One memory in several slots of one call: a base, views of it (or a
+    clone), then a call of a kernel that writes in sequence and reads after
+    writing, given the base and its aliases in its written and read slots, in
+    lists and keyword arguments."""
+    cands = [v for v in sh.plain() if sh.t[v].dtype == torch.float32 and sh.t[v].numel() >= 1]
+    if not cands:
+        return []
+    x = _pick(draw, cands, prefer_recent=True)
+    steps: list[Step] = []
+    for _ in range(draw(st.integers(0, 3))):
+        src = _pick(
+            draw, [x] + [v for v in range(len(sh)) if v > x and sh.overlap(v, x)], prefer_recent=False
+        )
+        step = _alias_of(draw, sh, src) if sh.t[src].dtype == torch.float32 else None
+        if step is not None:
+            steps.append(step)
+    group = [v for v in range(len(sh)) if sh.t[v].numel() >= 1 and (v == x or sh.overlap(v, x))]
+    group += [v for v in range(len(sh)) if v > x and v not in group and sh.t[v].numel() >= 1]  # the clones
+    kind = draw(st.sampled_from(_SHARING_CALLS))
+    if kind == "bits_list_":
+        n = draw(st.integers(2, 4))
+        others = [v for v in range(len(sh)) if sh.t[v].numel() >= 0]
+        members = tuple(_prefer(draw, group, others) for _ in range(n))
+        steps.append(("bits_list_", members))
+        return steps
+    floats = [v for v in group if sh.t[v].dtype.is_floating_point]
+    if not floats:
+        return steps
+    first = int(draw(st.sampled_from(floats)))
+    same = [v for v in _same_shape(sh, first) if sh.t[v].numel() >= 1]
+    near = [v for v in same if v == first or sh.overlap(v, first) or v in group]
+    second = _prefer(draw, near, same)
+    third = _prefer(draw, near, same)
+    if kind == "two_":
+        steps.append(("two_", first, second, third))
+    elif kind == "norm_out":
+        steps.append(("norm_out", first, second, third))
+    else:
+        steps.append(("out_aux", third, first, second))
+    return steps
+
+
 @st.composite
-def programs(draw: Any, min_steps: int = 3, max_steps: int = 10) -> Program:
+def programs(draw: Any, min_steps: int = 3, max_steps: int = 10, sharing: bool = False) -> Program:
     """A random program: 2-3 inputs, ``min_steps``..``max_steps`` steps
-    (one more or two when the last is an old-reader pattern)."""
+    (one more or two when the last is an old-reader pattern). With
+    ``sharing``, a third of the steps are sharing calls (``_draw_shared_call``)."""
     n_inputs = draw(st.integers(2, 3))
     shapes = tuple(draw(st.sampled_from(INPUT_SHAPES)) for _ in range(n_inputs))
     # Contiguous inputs three times out of four.
@@ -883,7 +1088,10 @@ def programs(draw: Any, min_steps: int = 3, max_steps: int = 10) -> Program:
     steps: list[Step] = []
     wanted: list[int] = []
     while len(steps) < n_steps:
-        kind = draw(st.sampled_from(STEP_KINDS))
+        kind = draw(st.sampled_from(STEP_KINDS + ("shared_call",) * (len(STEP_KINDS) // 2 if sharing else 0)))
+        if kind == "shared_call":
+            steps.extend(_draw_shared_call(draw, sh))
+            continue
         if kind == "old_reader":
             steps.extend(_draw_old_reader(draw, sh, wanted))
             continue

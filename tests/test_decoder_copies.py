@@ -144,9 +144,7 @@ def make_inputs(tokens: int) -> list[Tensor]:
 MODES = ("inductor", "full", "one_line")
 
 
-def compile_and_run(
-    mode: str, v2: bool, copies: GeneratedCopies, fn: Any = layer
-) -> list[fxrewrite.Report]:
+def compile_and_run(mode: str, v2: bool, copies: GeneratedCopies, fn: Any = layer) -> list[fxrewrite.Report]:
     """Compiles ``fn`` (a layer) once with the token count dynamic, runs it at two
     token counts, compares outputs and mutated inputs with eager, and fills
     ``copies`` from the generated code."""
