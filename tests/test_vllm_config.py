@@ -48,6 +48,9 @@ def test_the_documented_name_is_one_object_under_both_of_vllms_resolutions():
     assert "vllm" not in sys.modules  # no vLLM here: fxrewrite's own Pass
     assert type(by_config) is fxrewrite.Pass
     assert by_config.uuid() == fxrewrite.Pass().uuid()
+    pre = top.__dict__["pre_pass"]
+    assert pre is S.resolve_obj_by_qualname(S.PRE_NAME) is fxrewrite.vllm.pre_pass is fxrewrite.pre_pass
+    assert type(pre) is fxrewrite.PrePass
 
 
 def test_importing_fxrewrite_imports_neither_vllm_nor_torch():
@@ -74,6 +77,7 @@ def test_a_spawned_process_configured_by_the_name_runs_the_pass():
     assert got["same_object"] and got["is_fxrewrite_pass_"]
     assert got["class"] == got["shipped_class"] == "fxrewrite.inductor_pass.Pass"
     assert got["uuid"] == got["shipped_uuid"] == got["fxrewrite_uuid"] == fxrewrite.Pass().uuid()
+    assert got["pre_same_object"] and got["pre_uuid"] == fxrewrite.PrePass().uuid()
     assert got["cpu_equal"] and got["cpu_found"] == 1 and got["cpu_left"] == 0
     assert _ran_lines(got["lines"], got["pid"]), got["lines"]
 
@@ -85,6 +89,7 @@ def test_with_vllm_the_name_is_its_inductor_pass_in_its_manager_order():
     assert got["same_object"] and got["is_fxrewrite_pass_"]
     assert got["class"] == got["shipped_class"] == "fxrewrite.vllm.VllmPass"
     assert got["uuid"] == got["shipped_uuid"] == got["fxrewrite_uuid"] == fxrewrite.Pass().uuid()
+    assert got["pre_same_object"] and got["pre_uuid"] == fxrewrite.PrePass().uuid()
     for route in ("cpu", "gpu"):
         assert got[f"{route}_equal"] and got[f"{route}_found"] == 1 and got[f"{route}_left"] == 0, route
     # The copy the rewrite made survived the clone elimination, and nothing

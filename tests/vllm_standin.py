@@ -47,7 +47,8 @@ from torch._ops import OpOverload
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN_VLLM = Path(__file__).resolve().parent / "standin_vllm"
 PLUGIN_GROUP = "vllm.general_plugins"
-NAME = "fxrewrite.vllm.pass_"  # the documented name
+NAME = "fxrewrite.vllm.pass_"  # the documented names
+PRE_NAME = "fxrewrite.vllm.pre_pass"
 
 
 @torch.library.custom_op("fxr_vllmcfg::bump_", mutates_args=("x",))
@@ -349,12 +350,17 @@ def child_by_name(name: str, with_standin_vllm: bool) -> dict[str, Any]:
 
     out: dict[str, Any] = {"pid": os.getpid(), "pass_bound_before": "pass_" in fxrewrite.__dict__}
     by_qualname = resolve_obj_by_qualname(name)
+    pre_by_qualname = resolve_obj_by_qualname(PRE_NAME)
     if with_standin_vllm:
         resolved = resolve_like_vllm_config(name, InductorPass, CallableInductorPass)
-        out["wrapped"] = isinstance(resolved, CallableInductorPass)
-        out["is_inductor_pass"] = isinstance(resolved, InductorPass)
+        pre = resolve_like_vllm_config(PRE_NAME, InductorPass, CallableInductorPass)
+        out["wrapped"] = isinstance(resolved, CallableInductorPass) or isinstance(pre, CallableInductorPass)
+        out["is_inductor_pass"] = isinstance(resolved, InductorPass) and isinstance(pre, InductorPass)
     else:
         resolved = _raw_resolution(name)
+        pre = _raw_resolution(PRE_NAME)
+    out["pre_same_object"] = pre is pre_by_qualname is fxrewrite.pre_pass
+    out["pre_uuid"] = pickle.loads(pickle.dumps(pre)).uuid()
     shipped = pickle.loads(pickle.dumps(resolved))
     lines = _listen()
     out.update(
@@ -369,7 +375,12 @@ def child_by_name(name: str, with_standin_vllm: bool) -> dict[str, Any]:
             "fxrewrite_uuid": fxrewrite.Pass().uuid(),
         }
     )
-    runs = {"cpu": {"post_grad_custom_post_pass": shipped}}
+    runs = {
+        "cpu": {
+            "post_grad_custom_post_pass": shipped,
+            "joint_custom_pre_pass": pickle.loads(pickle.dumps(pre)),
+        }
+    }
     manager = None
     if with_standin_vllm:
         manager = StandInPostGradPassManager(InductorPass)

@@ -31,8 +31,12 @@ Three facts of vLLM shape this module (read in its source):
   touch. Values are the same with either form, so the cache key does not
   tell them apart.
 
+``"fxrewrite.vllm.pre_pass"`` names fxrewrite's pre pass the same way, for
+``joint_custom_pre_pass`` (what ``install()`` adds: it lets the rewrite keep
+calls whose arguments share memory instead of leaving them to Inductor).
+
 Importing ``fxrewrite`` never imports this module or vLLM; without vLLM
-``pass_`` stays a plain ``Pass``.
+``pass_`` and ``pre_pass`` stay fxrewrite's plain ``Pass`` and ``PrePass``.
 """
 
 from __future__ import annotations
@@ -48,8 +52,18 @@ from torch._ops import OpOverload
 
 from .inductor_pass import Pass
 from .inductor_pass import pass_ as _the_pass
+from .pre_pass import PrePass
+from .pre_pass import pre_pass as _the_pre_pass
 
-__all__ = ["INDUCTOR_PASS_MODULES", "VllmPass", "inductor_pass_types", "pass_", "protect_written_copies"]
+__all__ = [
+    "INDUCTOR_PASS_MODULES",
+    "VllmPass",
+    "VllmPrePass",
+    "inductor_pass_types",
+    "pass_",
+    "pre_pass",
+    "protect_written_copies",
+]
 
 #: Where vLLM has kept its ``InductorPass``: ``compilation/passes/`` in newer
 #: releases, ``compilation/`` before. A class found in both is the same class
@@ -169,16 +183,32 @@ VllmPass = cast(
     ),
 )
 
-if _VLLM_TYPES and type(_the_pass) is Pass:
-    # vLLM is here: ``fxrewrite.pass_`` itself becomes a VllmPass, so that the
-    # one object is ``fxrewrite.pass_``, ``fxrewrite.vllm.pass_`` and what
-    # ``install()`` installs (its reports in one place). Its state is
-    # Pass's; only behaviour is added.
-    _the_pass.__class__ = VllmPass
+#: fxrewrite's pre pass, an ``InductorPass`` where vLLM imports (its
+#: ``uuid()`` stays ``PrePass``'s), for ``joint_custom_pre_pass``.
+VllmPrePass = cast(
+    type[PrePass],
+    type("VllmPrePass", (PrePass, *_VLLM_TYPES), {"__module__": __name__, "__doc__": PrePass.__doc__}),
+)
+
+if _VLLM_TYPES:
+    # vLLM is here: fxrewrite's pass objects themselves take the vLLM
+    # classes, so that one object is ``fxrewrite.pass_``,
+    # ``fxrewrite.vllm.pass_`` and what ``install()`` installs (its reports
+    # in one place); likewise the pre pass. Their state is unchanged; only
+    # behaviour is added.
+    if type(_the_pass) is Pass:
+        _the_pass.__class__ = VllmPass
+    if type(_the_pre_pass) is PrePass:
+        _the_pre_pass.__class__ = VllmPrePass
 
 #: The pass to name in vLLM's configuration: ``"fxrewrite.vllm.pass_"``.
 pass_: Pass = _the_pass
 
-# vLLM's ``__import__("fxrewrite.vllm").__dict__["pass_"]`` reads the top
-# package's namespace, where ``pass_`` is otherwise made on first access.
-sys.modules[__name__.rpartition(".")[0]].__dict__["pass_"] = pass_
+#: The pre pass to name with it (``joint_custom_pre_pass``): ``"fxrewrite.vllm.pre_pass"``.
+pre_pass: PrePass = _the_pre_pass
+
+# vLLM's ``__import__("fxrewrite.vllm").__dict__[name]`` reads the top
+# package's namespace, where both are otherwise made on first access.
+_package = sys.modules[__name__.rpartition(".")[0]].__dict__
+_package["pass_"] = pass_
+_package["pre_pass"] = pre_pass
