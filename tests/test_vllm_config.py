@@ -228,3 +228,27 @@ def test_one_info_line_per_graph_and_saving_needs_no_graphviz(tmp_path, monkeypa
     assert "1 auto_functionalized nodes, 1 rewritten, 0 left, 1 copies" in ran[0].getMessage()
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sorted(f.suffix for f in tmp_path.iterdir()) == [".fxir", ".fxir"]  # no page, no error
+
+
+# ----- 5. the documented commands ---------------------------------------------------------
+
+
+def test_the_documented_configurations_resolve_to_fxrewrites_passes():
+    # vLLM itself is not here: what can be checked is that every
+    # configuration the docs give parses and names what vLLM's lookup finds.
+    import json
+    import re
+
+    texts = [(S.ROOT / f).read_text() for f in ("README.md", "docs/replacing-fix-functionalization.md")]
+    configs = [json.loads(m) for t in texts for m in re.findall(r"--compilation-config '([^']*)'", t)]
+    assert len(configs) == 2
+    names: set[str] = set()
+    for c in configs:
+        names |= set(c["inductor_passes"].values())
+    for t in texts:  # the Python form names the same passes
+        names |= set(re.findall(r'"(fxrewrite\.[\w.]+)",?\s*(?:#.*)?$', t, re.M))
+    assert names == {S.NAME, S.PRE_NAME}
+    expected = {S.NAME: fxrewrite.pass_, S.PRE_NAME: fxrewrite.pre_pass}
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        assert __import__(module).__dict__[attr] is S.resolve_obj_by_qualname(name) is expected[name]
