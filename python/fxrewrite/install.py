@@ -113,8 +113,10 @@ def install(*, strict: bool | None = None, leave: Sequence[Any] = (), config: An
     Raises:
         ValueError: an entry of ``leave`` is not an operator.
     """
+    import torch._inductor.config as inductor_config
+
     if config is None:
-        import torch._inductor.config as config
+        config = inductor_config
     main = pass_ if strict is None and not leave else Pass(strict=strict, leave=leave)
     before: dict[str, Any] = {}
     env_before: tuple[bool, str | None] = (False, None)
@@ -125,8 +127,9 @@ def install(*, strict: bool | None = None, leave: Sequence[Any] = (), config: An
     else:
         before["post_grad_custom_post_pass"] = post
         config.post_grad_custom_post_pass = _with(post, main, first=False)
-        env_before = (True, os.environ.get(INSTALL_ENV))
-        os.environ[INSTALL_ENV] = encode_options(main.strict, list(main.leave))
+        if config is inductor_config:  # what a process that acts on the variable installs into
+            env_before = (True, os.environ.get(INSTALL_ENV))
+            os.environ[INSTALL_ENV] = encode_options(main.strict, list(main.leave))
     pre = config.joint_custom_pre_pass
     if not passes_of(pre, PrePass):
         before["joint_custom_pre_pass"] = pre

@@ -132,13 +132,11 @@ def protect_written_copies(graph: torch.fx.Graph, changed: list[torch.fx.Node]) 
     """
     clones: dict[torch.fx.Node, None] = {}
     for node in changed:
-        if node.graph is not graph or node.target is _aten.copy_.default:
+        if node.graph is not graph:
             continue
         for w in _written(node):
-            while _is_view(w):
-                src = w.args[0]
-                assert isinstance(src, torch.fx.Node)
-                w = src
+            while _is_view(w) and isinstance(w.args[0], torch.fx.Node):
+                w = w.args[0]
             if w.op == "call_function" and w.target is _aten.clone.default:
                 clones[w] = None
     made: list[torch.fx.Node] = []
