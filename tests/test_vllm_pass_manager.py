@@ -195,3 +195,25 @@ def test_a_rewrite_the_blind_pass_gets_wrong_is_refused():
     torch.testing.assert_close(ours, expected)
     assert fix.last_report is not None and not fix.last_report.left
     assert fix.last_report.moved == 1 and fix.last_report.clones == []
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_fxrewrite_as_a_configured_user_pass_in_vllms_order(dynamic):
+    # Where "fxrewrite.vllm.pass_" lands on vLLM's GPU path: among the user
+    # passes, followed by cleanup, vLLM's clone elimination, cleanup and
+    # vLLM's own fix-functionalization (tests/vllm_standin.py replays them).
+    import fxrewrite.vllm
+    import vllm_standin
+
+    p = fxrewrite.vllm.VllmPass(strict=True)
+    manager = vllm_standin.StandInPostGradPassManager(None)
+    manager.add(p)
+    args = _inputs()
+    expected_in = _clone_all(args)
+    expected = llama_layer(*expected_in)
+    got_in = _clone_all(args)
+    got = _compile(llama_layer, manager, got_in, dynamic)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_in, expected_in)
+    assert p.last_report is not None and p.last_report.reinplaced == 5 and not p.last_report.left
+    assert manager.clones_removed == [0] and manager.left_for_fix_functionalization == [0]

@@ -26,7 +26,7 @@ from .leave import leave_from_env, op_names
 from .pipeline import rewrite_tracking_changes, strict_from_env
 from .report import Report
 
-__all__ = ["ComposedPass", "Pass", "compose", "pass_"]
+__all__ = ["ComposedPass", "Pass", "compose", "pass_", "passes_of"]
 
 log = logging.getLogger("fxrewrite")
 
@@ -47,18 +47,49 @@ def _native_build_id() -> str:
 _graph_counter = itertools.count()
 
 
-def _save_stem() -> str:
-    """``<pid>-compile<id>-graph<n>``: which compile and which graph."""
+def _graph_id() -> tuple[str, int]:
+    """Which compile (torch's compile id, ``none`` outside one) and which
+    graph of this process (a counter): what the log line and the saved
+    files name."""
     compile_id = "none"
     try:
         from torch._guards import CompileContext
 
         cid = CompileContext.current_compile_id()
         if cid is not None:
-            compile_id = str(cid).replace("/", "_").replace(" ", "")
+            compile_id = str(cid).replace(" ", "")
     except Exception:  # no compile context (a direct call): the counter still tells graphs apart
         pass
-    return f"{os.getpid()}-compile{compile_id}-graph{next(_graph_counter)}"
+    return compile_id, next(_graph_counter)
+
+
+def _save_stem(graph_id: tuple[str, int]) -> str:
+    """``<pid>-compile<id>-graph<n>``: which process, compile and graph."""
+    compile_id, n = graph_id
+    return f"{os.getpid()}-compile{compile_id.replace('/', '_')}-graph{n}"
+
+
+def _log_ran(graph_id: tuple[str, int], report: Report) -> None:
+    """The one INFO line per graph that says the pass ran, in the process
+    that compiled it: engines compile in spawned workers, where the pass
+    object's ``reports`` are not the launching process's (``TORCH_LOGS=fxrewrite``
+    shows it in every process)."""
+    compile_id, n = graph_id
+    if report.error:
+        outcome = f"graph left untouched ({report.error})"
+    else:
+        outcome = (
+            f"{report.found} auto_functionalized nodes, {report.found - len(report.left)} rewritten, "
+            f"{len(report.left)} left, {len(report.clones)} copies"
+        )
+    log.info(
+        "fxrewrite ran: pid %d, compile %s, graph %d, %d nodes: %s",
+        os.getpid(),
+        compile_id,
+        n,
+        report.nodes,
+        outcome,
+    )
 
 
 def _save(graph: torch.fx.Graph, directory: str, stem: str) -> None:
@@ -165,7 +196,7 @@ def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> An
     None when no view is wanted (no save dir, no tracing) or it has nothing to show."""
     from .encode import count_auto_functionalized, encode
 
-    if not (save_dir or _tracing()) or count_auto_functionalized(graph) == 0:
+    if not (save_dir or _tracing()) or count_auto_functionalized(graph) == 0 or not _can_draw():
         return None
     try:
         if save_dir:
@@ -178,6 +209,27 @@ def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> An
     except Exception as e:
         log.warning("fxrewrite: no HTML view of %s: %s", stem or "this graph", e)
         return None
+
+
+def _can_draw() -> bool:
+    """Is Graphviz's ``dot`` there to draw the HTML view? Saving graphs is a
+    debug feature and must never need a system binary: without ``dot`` the
+    page is skipped, said once at DEBUG, and the ``.fxir`` files (which
+    ``fxrewrite explain --html`` draws later, anywhere) are still saved."""
+    from .htmlview import DotMissingError, find_dot
+
+    try:
+        find_dot()
+    except DotMissingError as e:
+        global _said_no_dot
+        if not _said_no_dot:
+            _said_no_dot = True
+            log.debug("fxrewrite: no HTML view of the saved graphs: %s", e)
+        return False
+    return True
+
+
+_said_no_dot = False
 
 
 def _html(native: Any, save_dir: str | None, stem: str) -> None:
@@ -237,7 +289,8 @@ class Pass(CustomGraphPass):
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         save_dir = os.environ.get("FXREWRITE_SAVE_DIR")
-        stem = _save_stem() if save_dir else ""
+        graph_id = _graph_id()
+        stem = _save_stem(graph_id) if save_dir else ""
         if save_dir:
             _save(graph, save_dir, f"{stem}-before")
         native = _native_before(graph, save_dir, stem)
@@ -245,7 +298,9 @@ class Pass(CustomGraphPass):
         with _timed("fxrewrite_pass"):
             report, changed = rewrite_tracking_changes(graph, strict=self._strict(), leave=self.leave)
             if changed:
+                changed = self._after_rewrite(graph, changed)
                 _mark_fake_tensors_current(graph, changed)
+        _log_ran(graph_id, report)
         if save_dir:
             _save(graph, save_dir, f"{stem}-after")
         _trace(report)
@@ -257,6 +312,13 @@ class Pass(CustomGraphPass):
 
     def _strict(self) -> bool:
         return strict_from_env() if self.strict is None else self.strict
+
+    def _after_rewrite(self, graph: torch.fx.Graph, changed: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """A subclass's last edit of a rewritten graph (``fxrewrite.vllm``
+        makes its copies survive vLLM's clone elimination). Returns the
+        nodes created or re-pointed, ``changed`` included where still in
+        the graph."""
+        return changed
 
     def uuid(self) -> str:
         """Cache key: package version, native build, rule set and configuration.
@@ -296,6 +358,19 @@ class ComposedPass(CustomGraphPass):
                 return None
             keys.append(str(u))
         return hashlib.sha256("|".join(keys).encode()).hexdigest()
+
+
+def passes_of(hook: Any, kind: type) -> list[Any]:
+    """The passes of ``kind`` a hook value runs, in order: itself, those of
+    a ``compose``, a list, or a pass manager's ``passes`` (vLLM's)."""
+    if isinstance(hook, kind):
+        return [hook]
+    if isinstance(hook, list | tuple):
+        return [q for p in hook for q in passes_of(p, kind)]
+    passes = hook.passes if isinstance(hook, ComposedPass) else getattr(hook, "passes", None)
+    if isinstance(passes, list | tuple):
+        return [q for p in passes for q in passes_of(p, kind)]
+    return []
 
 
 def compose(*passes: Callable[[torch.fx.Graph], Any]) -> ComposedPass:

@@ -13,15 +13,24 @@ It sets two Inductor hooks:
 
 ``post_grad_custom_post_pass = fxrewrite.pass_`` alone stays supported and
 is never wrong; it only leaves those calls to Inductor.
+
+It also records itself in the environment (``FXREWRITE_INSTALL``), so that
+processes started later with ``spawn`` install it too where something runs
+fxrewrite's plugin there (vLLM does in every process: ``_install_env``).
+An engine that sets ``post_grad_custom_post_pass`` itself for each compile
+(vLLM's VLLM_COMPILE path, the GPU default) replaces the rewrite hook: the
+pre pass then says so, once per process, with what to write instead.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .inductor_pass import ComposedPass, Pass, compose, pass_
+from ._install_env import INSTALL_ENV, encode_options
+from .inductor_pass import Pass, compose, pass_, passes_of
 from .pre_pass import PrePass, pre_pass
 
 __all__ = ["Installation", "install"]
@@ -45,16 +54,30 @@ class Installation:
             ``reports`` say what it did.
     """
 
-    def __init__(self, config: Any, pass_: Pass, before: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        config: Any,
+        pass_: Pass,
+        before: dict[str, Any],
+        env_before: tuple[bool, str | None] = (False, None),
+    ) -> None:
         self._config = config
         self.pass_ = pass_
         self._before = before
+        self._env_before = env_before
 
     def uninstall(self) -> None:
-        """Restores the hooks ``install()`` changed."""
+        """Restores the hooks ``install()`` changed, and ``FXREWRITE_INSTALL``."""
         for name, value in self._before.items():
             setattr(self._config, name, value)
         self._before = {}
+        changed, value = self._env_before
+        if changed:
+            if value is None:
+                os.environ.pop(INSTALL_ENV, None)
+            else:
+                os.environ[INSTALL_ENV] = value
+        self._env_before = (False, None)
 
     def __enter__(self) -> Installation:
         return self
@@ -74,6 +97,10 @@ def install(*, strict: bool | None = None, leave: Sequence[Any] = (), config: An
     that already runs fxrewrite's pass is left as it is, so calling it
     twice installs once.
 
+    Processes started later inherit the request through
+    ``FXREWRITE_INSTALL``; vLLM's processes act on it (fxrewrite's
+    ``vllm.general_plugins`` entry point calls ``install()`` there).
+
     Arguments:
         strict: as ``Pass(strict=...)``: raise instead of leaving a node.
         leave: as ``Pass(leave=...)``: operators always left to Inductor.
@@ -86,30 +113,25 @@ def install(*, strict: bool | None = None, leave: Sequence[Any] = (), config: An
     Raises:
         ValueError: an entry of ``leave`` is not an operator.
     """
+    import torch._inductor.config as inductor_config
+
     if config is None:
-        import torch._inductor.config as config
+        config = inductor_config
     main = pass_ if strict is None and not leave else Pass(strict=strict, leave=leave)
     before: dict[str, Any] = {}
+    env_before: tuple[bool, str | None] = (False, None)
     post = config.post_grad_custom_post_pass
-    installed = _passes_of(post, Pass)
+    installed = passes_of(post, Pass)
     if installed:
         main = installed[0]
     else:
         before["post_grad_custom_post_pass"] = post
         config.post_grad_custom_post_pass = _with(post, main, first=False)
+        if config is inductor_config:  # what a process that acts on the variable installs into
+            env_before = (True, os.environ.get(INSTALL_ENV))
+            os.environ[INSTALL_ENV] = encode_options(main.strict, list(main.leave))
     pre = config.joint_custom_pre_pass
-    if not _passes_of(pre, PrePass):
+    if not passes_of(pre, PrePass):
         before["joint_custom_pre_pass"] = pre
         config.joint_custom_pre_pass = _with(pre, pre_pass, first=True)
-    return Installation(config, main, before)
-
-
-def _passes_of(hook: Any, kind: type) -> list[Any]:
-    """The passes of ``kind`` a hook value runs, in order."""
-    if isinstance(hook, kind):
-        return [hook]
-    if isinstance(hook, ComposedPass):
-        return [q for p in hook.passes for q in _passes_of(p, kind)]
-    if isinstance(hook, list | tuple):
-        return [q for p in hook for q in _passes_of(p, kind)]
-    return []
+    return Installation(config, main, before, env_before)

@@ -90,7 +90,9 @@ def rewrite_tracking_changes(
         log.log(level, "fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
     if unattributed:
         _warn_once_about_the_pre_pass(unattributed)
-    log.info("%s", report.summary())
+    # DEBUG: the pass logs its own one INFO line per graph (with the
+    # process and graph), and a direct call has the report in hand.
+    log.debug("%s", report.summary())
     return report, changed
 
 

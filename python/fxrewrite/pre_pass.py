@@ -21,6 +21,8 @@ leaves a call whose arguments share memory to Inductor, never guessing.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 import torch
@@ -30,6 +32,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 
+from ._install_env import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
 from .fx_meta import storage_of
 
@@ -111,11 +114,49 @@ class PrePass(CustomGraphPass):
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         record_alias_groups(graph)
+        if os.environ.get(INSTALL_ENV, "").strip() not in ("", "0"):
+            # install() asked for the rewrite: say so if the engine's own
+            # hook for this compile replaced it (vLLM's GPU path).
+            warn_if_the_rewrite_does_not_run(graph)
 
     def uuid(self) -> str:
         # What it records changes the main pass's decisions, whose own uuid
         # covers the engine; this names the recording logic.
         return "fxrewrite-pre-pass-2"
+
+
+_warned_not_rewritten = False
+
+
+def warn_if_the_rewrite_does_not_run(graph: torch.fx.Graph) -> None:
+    """Warns, once per process, when this compile's
+    ``post_grad_custom_post_pass`` runs no fxrewrite pass although
+    ``install()`` asked for it, so that the nodes recorded here would
+    silently stay for the engine. Read inside the compile, where an engine's
+    own setting for that compile is visible (vLLM's GPU path sets its
+    manager there, replacing ``install()``'s hook)."""
+    global _warned_not_rewritten
+    if _warned_not_rewritten:
+        return
+    import torch._inductor.config as config
+
+    from .encode import count_auto_functionalized
+    from .inductor_pass import Pass, passes_of
+
+    hook = config.post_grad_custom_post_pass
+    if passes_of(hook, Pass) or count_auto_functionalized(graph) == 0:
+        return
+    _warned_not_rewritten = True
+    logging.getLogger("fxrewrite").warning(
+        "fxrewrite.install() is in effect in process %d (%s), but this compile's post_grad_custom_post_pass "
+        "is %s, which runs no fxrewrite pass: the engine set it for the compile, replacing install()'s. "
+        "Nothing will be rewritten here. In vLLM (its VLLM_COMPILE path, the GPU default) name the pass "
+        'in the configuration instead: compilation_config={"inductor_passes": '
+        '{"post_grad_custom_post_pass": "fxrewrite.vllm.pass_"}}. This warning is shown once.',
+        os.getpid(),
+        INSTALL_ENV,
+        type(hook).__qualname__ if hook is not None else "None",
+    )
 
 
 #: The pre pass, ready for ``joint_custom_pre_pass``.
