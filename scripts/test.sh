@@ -31,6 +31,8 @@ echo "== sdist: a wheel built from it by pip (maturin from PyPI), the same check
 bash scripts/check_wheel.sh --sdist
 echo "== cargo test"
 cargo test --quiet
+echo "== the campaign's slice: the same 6 random programs on every run, both installs and forms"
+python tests/campaign.py --minutes 3 --no-log --first-seed 0 --programs 6 | tail -4
 echo "== pytest"
 # Exit code 5 (no tests collected) must fail, and it does: set -e.
 python -m pytest -q -p no:cacheprovider "$@"

@@ -6,7 +6,7 @@ is shrunk to a small reproducer.
     python tests/campaign.py --capture 2000 --forms v2 --seed 2 --out /tmp/campaign
 
     python tests/campaign.py --minutes 25          # the accumulating campaign
-    python tests/campaign.py --minutes 3 --no-log  # CI's slice
+    python tests/campaign.py --minutes 3 --no-log --first-seed 0 --programs 6  # CI's slice
 
 ``--minutes N`` is the campaign that accumulates (issue 30): both installs
 (``fxrewrite.install()`` and the one line), both forms, a quarter of the
@@ -418,19 +418,23 @@ def _commit() -> str:
         return "unknown"
 
 
-def accumulate(minutes: float, log: Path | None) -> int:
-    """Runs the campaign for ``minutes`` and appends its rows to ``log``
-    (none: CI's slice). Returns the exit status: 1 when a must-be-0 column
-    is not 0."""
-    first = next_seed(LOG)
+def accumulate(
+    minutes: float, log: Path | None, *, first_seed: int | None = None, max_programs: int | None = None
+) -> int:
+    """Runs the campaign for ``minutes`` (or ``max_programs`` programs,
+    whichever ends first) and appends its rows to ``log`` (none: CI's
+    slice). Starts at ``first_seed``, by default the first seed no row of
+    ``docs/campaign.md`` used. Returns the exit status: 1 when a must-be-0
+    column is not 0."""
+    first = next_seed(LOG) if first_seed is None else first_seed
     deadline = time.monotonic() + minutes * 60
     tallies = {(install, form): Tally() for install in trp.INSTALLS for form in ("v2", "v1")}
     seed = first
     judged = 0
     t0 = time.perf_counter()
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (max_programs is None or judged < max_programs):
         for i, program in enumerate(programs_of_seed(seed)):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (max_programs is not None and judged >= max_programs):
                 break
             dynamic = (seed * BATCH + i) % 4 == 0
             for form in ("v2", "v1"):
@@ -491,9 +495,21 @@ def main() -> None:
         "appended to docs/campaign.md (exits 1 when a wrong column is not 0)",
     )
     ap.add_argument("--no-log", action="store_true", help="with --minutes: append no row (CI's slice)")
+    ap.add_argument(
+        "--programs",
+        type=int,
+        help="with --minutes: stop after this many programs too (CI's slice: the same programs on "
+        "every run, so it is never red by chance)",
+    )
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        help="with --minutes: start here, not after the last seed of docs/campaign.md",
+    )
     args = ap.parse_args()
     if args.minutes is not None:
-        sys.exit(accumulate(args.minutes, None if args.no_log else LOG))
+        log = None if args.no_log else LOG
+        sys.exit(accumulate(args.minutes, log, first_seed=args.first_seed, max_programs=args.programs))
     if args.out is None:
         ap.error("--out is required (except with --minutes)")
     args.out.mkdir(parents=True, exist_ok=True)

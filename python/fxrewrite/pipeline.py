@@ -106,14 +106,18 @@ def _warn_once_about_the_pre_pass(nodes: list[Any]) -> None:
     if _warned_about_the_pre_pass:
         return
     _warned_about_the_pre_pass = True
+    # The calls whose own arguments share memory; the others of the graph
+    # are held back with them (their reason starts "held back with").
+    sharing = [d for d in nodes if not (d.reason or "").startswith("held back with")] or nodes
     log.warning(
-        "fxrewrite left %d call(s) to Inductor (first: %s, %s) because their arguments share memory and "
-        "nothing recorded whether the program shared it or Inductor's remove_noop_ops made it by deleting "
-        "a clone (pytorch#198031). Install the pre pass that records it: fxrewrite.install() (or "
-        "torch._inductor.config.joint_custom_pre_pass = fxrewrite.pre_pass). This warning is shown once.",
+        "fxrewrite left a graph of %d call(s) to Inductor (the one line holds back the whole graph): "
+        "the arguments of %s (%s) share memory and nothing recorded whether the program shared it or "
+        "Inductor's remove_noop_ops made it by deleting a clone (pytorch#198031). Install the pre pass "
+        "that records it: fxrewrite.install() (or torch._inductor.config.joint_custom_pre_pass = "
+        "fxrewrite.pre_pass). This warning is shown once.",
         len(nodes),
-        nodes[0].node,
-        nodes[0].op,
+        sharing[0].node,
+        sharing[0].op,
     )
 
 
