@@ -1321,3 +1321,39 @@ def test_sharing_calls_match_eager_in_both_installs(
 ) -> None:
     note(describe(program))
     check_sharing(program, v2, dynamic, install)
+
+
+NOOP_VIEW_STRIDE_OF_A_SIZE_1_DIM = Program(
+    shapes=((8, 4), (4, 1, 8), (2, 4, 8)),
+    steps=(
+        ("split", 1, 2, 3, 3),
+        ("stack", (4, 3, 3), 1),
+        ("maybe_", 3, 0),
+        ("slice", 3, 1, 0, 1),
+        ("view", 3, (4, 1, 3)),
+        ("norm_out", 7, 7, 8),
+        ("slice", 8, 0, 0, 4),
+        ("norm_out", 3, 3, 3),
+    ),
+    outputs=(("plus", 8),),
+    seed=14092,
+    input_layouts=("c", "c", "w"),
+)
+"""Found by ``tests/campaign.py --minutes 25`` (seeds 0-26, the one
+``inductor_crash_fxrewrite_wrong`` of 213 x 4): ``w = v3.view(4, 1, 3)`` of
+``v3`` of the same shape gets, in eager, the canonical stride 3 on its size-1
+dimension (``[8, 3, 1]``); Inductor's ``remove_noop_ops`` drops that view,
+so the post-grad graph passes ``v3``'s own layout ``[8, 8, 1]``. Values are
+equal, but a kernel reading raw strides sees another layout. Inductor alone
+fails on the program. Fixing it needs the pre pass to record the layout a
+deleted no-op view gave (as it records alias groups) and the rewrite to
+restore it; open."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a deleted no-op view's size-1 stride is not restored (pre pass records no layouts yet)",
+)
+def test_regression_a_deleted_noop_view_keeps_eagers_size_1_stride() -> None:
+    program = NOOP_VIEW_STRIDE_OF_A_SIZE_1_DIM
+    assert full_compile(program, eager(program), False, False, install="full") is None
