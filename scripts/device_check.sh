@@ -31,6 +31,10 @@ while [ $# -gt 0 ]; do
             ;;
     esac
 done
+# An interpreter given by a relative path is the caller's; the dry run changes directory.
+if [[ "$PY" == */* ]]; then
+    PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
+fi
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 if [ -z "$PY" ]; then
