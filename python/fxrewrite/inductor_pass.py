@@ -160,7 +160,10 @@ def _mark_fake_tensors_current(graph: torch.fx.Graph, changed: Sequence[torch.fx
     while frame is not None:
         if frame.f_code.co_name == "post_grad_passes":
             updater = frame.f_locals.get("fake_tensor_updater")
-            if updater is not None and getattr(getattr(updater, "gm", None), "graph", None) is graph:
+            # Its graph: ``updater.gm.graph`` in newer torch (2.15), ``updater.graph`` in older (2.11).
+            gm = getattr(updater, "gm", None)
+            mine = gm.graph if gm is not None else getattr(updater, "graph", None)
+            if updater is not None and mine is graph:
                 return mark_current(updater, changed)
             return False
         frame = frame.f_back
@@ -170,14 +173,23 @@ def _mark_fake_tensors_current(graph: torch.fx.Graph, changed: Sequence[torch.fx
 def mark_current(updater: Any, changed: Sequence[torch.fx.Node]) -> bool:
     """Records ``changed`` as up to date in a ``FakeTensorUpdater``, so its
     next ``incremental_update`` recomputes none of them. Returns whether
-    the updater has the fields this torch is known to use."""
+    the updater has the fields this torch is known to use.
+
+    ``processed_hashes`` and ``hash_node`` are in every supported torch;
+    ``tracked_node_ids`` only in newer ones (2.15 has it, 2.11 does not), so
+    it is filled where it exists. Not marking on 2.11 is not just slower:
+    its updater then recomputes the users of the changed nodes, and its
+    sameness test fails on a plain ``int`` value ("Unknown type <class
+    'int'>"), such as a ``sym_size`` of a static dimension under dynamic
+    shapes: the compile failed."""
     hashes = getattr(updater, "processed_hashes", None)
-    tracked = getattr(updater, "tracked_node_ids", None)
-    if hashes is None or tracked is None or not hasattr(updater, "hash_node"):
+    if hashes is None or not hasattr(updater, "hash_node"):
         return False
+    tracked = getattr(updater, "tracked_node_ids", None)
     for node in changed:
         hashes.add(updater.hash_node(node))
-        tracked.add(id(node))
+        if tracked is not None:
+            tracked.add(id(node))
     return True
 
 
