@@ -2329,6 +2329,55 @@ mod props {
         }
     }
 
+    /// Found by 300 runs with fresh seeds (run 99; it fails on 4ceeeb7 too):
+    /// a v1 add+norm whose `x` is a `split` piece of a fresh buffer and whose
+    /// `res` is a removed write-back scatter into that buffer, recorded as
+    /// one alias group. The unit is cloned and both re-derived from the
+    /// copy; the planned `res` then shows `x`'s write in its columns 0:2,
+    /// where the reference interpreter's eager run keeps them 0. Which side
+    /// models the program's sharing rightly is open; this test fails once
+    /// they agree (then make it a plain regression).
+    #[test]
+    #[should_panic(expected = "differs from the original")]
+    fn open_a_unit_of_a_split_piece_and_a_removed_scatter() {
+        let steps = [
+            Step::Unknown(0),
+            Step::Empty,
+            Step::Unknown(0),
+            Step::Split(38),
+            Step::V2Rms {
+                base: 0,
+                x: 0,
+                view: 0,
+            },
+            Step::V1Rms {
+                out: 0,
+                x: 0,
+                scatter: false,
+            },
+            Step::V1Rms {
+                out: 114,
+                x: 0,
+                scatter: true,
+            },
+            Step::AddRms {
+                v2: false,
+                x: 134,
+                res: 29,
+            },
+            Step::Unknown(20),
+            Step::Input,
+            Step::Unknown(7),
+        ];
+        check_case(
+            &steps,
+            11_081_935_377_560_161_288,
+            true,
+            9_535_052_376_386_585_077,
+        )
+        .unwrap();
+    }
+
     /// Issue 30's minimal input (it failed about one CI run in 40 before the
     /// seeds were fixed): an `as_strided` of a removed v1 scatter's result
     /// read other elements once the scatter became a row view of a larger
