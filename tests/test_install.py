@@ -67,3 +67,21 @@ def test_native_module_is_the_stable_abi_build():
     # is imported in preference to a fresh _core.abi3.so, silently running old
     # code; scripts/setup.sh and scripts/test.sh remove it before building.
     assert path.name.startswith("_core.abi3.") and len(natives) == 1, (str(path), natives)
+
+
+def test_package_names_stay_the_objects_whatever_is_imported_first():
+    """``install.py`` imports ``pre_pass.py``, and importing a submodule
+    binds it on the package under its own name: ``fxrewrite.pre_pass`` was
+    then the module, not the pass (and ``fxrewrite.install`` likewise). Each
+    order runs in a fresh interpreter, as a user's first access would."""
+    for first in ("install", "pre_pass", "Installation", "PrePass"):
+        code = f"""
+import fxrewrite, types
+fxrewrite.{first}
+for name in ("install", "pre_pass"):
+    value = getattr(fxrewrite, name)
+    assert not isinstance(value, types.ModuleType), (name, value)
+assert isinstance(fxrewrite.pre_pass, fxrewrite.PrePass)
+assert callable(fxrewrite.install)
+"""
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

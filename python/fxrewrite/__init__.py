@@ -20,6 +20,7 @@ tool reads and rewrites ``.fxir`` files without importing torch.
 from __future__ import annotations
 
 import importlib
+import types
 from typing import TYPE_CHECKING, Any
 
 from ._core import (
@@ -87,4 +88,20 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'fxrewrite' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
+    _unshadow()
     return value
+
+
+def _unshadow() -> None:
+    """Importing a submodule binds it on the package under its own name, and
+    two of them bear the name of the object they define (``install``,
+    ``pre_pass``): ``install.py`` importing ``pre_pass.py`` made
+    ``fxrewrite.pre_pass`` the module. Put the objects back."""
+    for name, module in _LAZY.items():
+        value = globals().get(name)
+        if (
+            name == module
+            and isinstance(value, types.ModuleType)
+            and value.__name__ == f"{__name__}.{module}"
+        ):
+            globals()[name] = getattr(value, name)
