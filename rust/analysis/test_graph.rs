@@ -320,6 +320,30 @@ impl B {
         self.push(OpCode::CallFunction, name, t, args, kwargs, None)
     }
 
+    /// `rms(out=t, x=t)` (v2) on `t`, with the pre pass's record of alias
+    /// groups `groups` (none: no record); returns the new value of `t`.
+    pub fn rms_on_one_memory(
+        &mut self,
+        name: &str,
+        t: NodeId,
+        groups: Option<&[&[&str]]>,
+    ) -> NodeId {
+        let mut kwargs = vec![
+            ("x", n(t)),
+            ("_out_base_index", Value::Int(0)),
+            ("_all_bases", Value::List(vec![n(t)])),
+        ];
+        if let Some(groups) = groups {
+            let groups = groups
+                .iter()
+                .map(|g| Value::List(g.iter().map(|s| Value::Str((*s).into())).collect()))
+                .collect();
+            kwargs.push((crate::forms::call::ALIAS_GROUPS, Value::List(groups)));
+        }
+        let af = self.af(name, true, &rms(), kwargs);
+        self.getitem(&format!("{name}_t"), af, 1)
+    }
+
     /// `auto_functionalized_v2(scale_, _x_base_index=0, _all_bases=[base])`:
     /// writes `base` whole; result 1 is its new value.
     pub fn scale_v2(&mut self, name: &str, base: NodeId) -> NodeId {

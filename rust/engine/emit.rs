@@ -203,8 +203,7 @@ impl Context<'_> {
         if !matches!(self.roles[x.idx()], Role::View { .. }) || self.find(x) != self.find(base) {
             return None;
         }
-        let n = self.graph.node(call.node);
-        let size = match n.kwarg(&keys[0])? {
+        let size = match self.graph.node(call.node).kwarg(&keys[0])? {
             Value::List(v) | Value::Tuple(v) => v.clone(),
             _ => return None,
         };

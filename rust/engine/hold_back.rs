@@ -51,8 +51,7 @@ pub(super) fn whole_graph_if_unattributed(plan: Plan) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::super::tests::plan_of;
-    use crate::analysis::test_graph::{n, rms, B};
-    use crate::ir::Value;
+    use crate::analysis::test_graph::B;
     use crate::plan::{Action, LeftCause};
 
     /// A clean v2 `scale_` of a fresh tensor, then `rms(out=t, x=t)` on
@@ -65,20 +64,7 @@ mod tests {
         let af0 = b.scale_v2("af0", u);
         let nu = b.getitem("nu", af0, 1);
         let t = b.fresh("t", x);
-        let mut kwargs = vec![
-            ("x", n(t)),
-            ("_out_base_index", Value::Int(0)),
-            ("_all_bases", Value::List(vec![n(t)])),
-        ];
-        if let Some(groups) = groups {
-            let groups = groups
-                .iter()
-                .map(|g| Value::List(g.iter().map(|s| Value::Str((*s).into())).collect()))
-                .collect();
-            kwargs.push((crate::forms::call::ALIAS_GROUPS, Value::List(groups)));
-        }
-        let af = b.af("af", true, &rms(), kwargs);
-        let nt = b.getitem("nt", af, 1);
+        let nt = b.rms_on_one_memory("af", t, groups);
         b.output(&[nu, nt])
     }
 

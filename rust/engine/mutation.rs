@@ -124,24 +124,8 @@ impl Context<'_> {
                 if let Some(c) = &chain {
                     values.extend(c.iter().filter(|(_, (_, exact))| *exact).map(|(sc, _)| *sc));
                 }
-                let mut late = None;
-                for g in values {
-                    if Some(g) == wb_src {
-                        continue;
-                    }
-                    let pos = &self.pos;
-                    for_each_reader(&self.roles, &self.uses, g, &mut |r, _| {
-                        if pos[r.idx()] >= c_pos && Some(r) != copy {
-                            late = Some(r);
-                            return false;
-                        }
-                        true
-                    });
-                    if late.is_some() {
-                        break;
-                    }
-                }
-                if let Some(r) = late {
+                values.retain(|&g| Some(g) != wb_src);
+                if let Some(r) = self.reader_from(&values, c_pos, copy) {
                     for &b in &accepted {
                         clone[b] = Some(self.reader_note(
                             &call.buffers[b].label,
@@ -273,22 +257,7 @@ impl Context<'_> {
             return None;
         }
         values.push(root);
-        let c_pos = self.pos[copy.idx()];
-        let mut late = None;
-        for v in values {
-            let pos = &self.pos;
-            for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
-                if pos[r.idx()] > c_pos {
-                    late = Some(r);
-                    return false;
-                }
-                true
-            });
-            if late.is_some() {
-                break;
-            }
-        }
-        let late = late?;
+        let late = self.reader_from(&values, self.pos[copy.idx()], Some(copy))?;
         Some(format!(
             "`{}` writes graph input `{}` in place once Inductor's reinplace pass has run, and the \
              graph's write-back `{}` overwrites that input with another value before `{}` reads \
@@ -298,6 +267,26 @@ impl Context<'_> {
             self.graph.node(copy).name,
             self.graph.node(late).name
         ))
+    }
+
+    /// The first node found that reads the memory of one of `values`
+    /// (directly or through views) at position `from` or later, other than
+    /// `except` (the write-back itself).
+    fn reader_from(&self, values: &[NodeId], from: i64, except: Option<NodeId>) -> Option<NodeId> {
+        let mut late = None;
+        for &v in values {
+            for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
+                if self.pos[r.idx()] >= from && Some(r) != except {
+                    late = Some(r);
+                    return false;
+                }
+                true
+            });
+            if late.is_some() {
+                break;
+            }
+        }
+        late
     }
 
     pub(super) fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
@@ -428,8 +417,7 @@ impl Context<'_> {
 mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
-    use crate::analysis::test_graph::{add_, n, neg, rms, B};
-    use crate::ir::Value;
+    use crate::analysis::test_graph::{add_, n, neg, B};
     use crate::plan::Action;
 
     /// The one clone note of the plan of `g`.
@@ -460,20 +448,7 @@ mod tests {
         let mut b = B::new();
         let x = b.input("x");
         let t = b.fresh("t", x);
-        let mut kwargs = vec![
-            ("x", n(t)),
-            ("_out_base_index", Value::Int(0)),
-            ("_all_bases", Value::List(vec![n(t)])),
-        ];
-        if let Some(groups) = groups {
-            let groups = groups
-                .iter()
-                .map(|g| Value::List(g.iter().map(|s| Value::Str((*s).into())).collect()))
-                .collect();
-            kwargs.push((crate::forms::call::ALIAS_GROUPS, Value::List(groups)));
-        }
-        let af = b.af("af", true, &rms(), kwargs);
-        let nt = b.getitem("nt", af, 1);
+        let nt = b.rms_on_one_memory("af", t, groups);
         b.output(&[nt])
     }
 
