@@ -52,6 +52,16 @@ import test_random_programs as trp
 from gen_copies import GeneratedCopies
 from randprog import Program, make_inputs, programs, run, without_step
 
+#: Hypothesis settings of a counting run: generate from the seed given, no
+#: database, no shrinking, no health checks (a slow compile is the point).
+GENERATE_ONLY: dict[str, Any] = {
+    "phases": [Phase.generate],
+    "database": None,
+    "deadline": None,
+    "derandomize": False,
+    "suppress_health_check": list(HealthCheck),
+}
+
 
 def _norm(text: str) -> str:
     """A message with names and numbers made generic, to group by."""
@@ -314,14 +324,7 @@ def programs_of_seed(seed: int) -> list[Program]:
     out: list[Program] = []
 
     @hypothesis_seed(seed)
-    @settings(
-        max_examples=BATCH,
-        phases=[Phase.generate],
-        database=None,
-        deadline=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=BATCH, **GENERATE_ONLY)
     @given(program=programs(min_steps=4, sharing=seed % 2 == 1))
     def draw(program: Program) -> None:
         if _runs(program):
@@ -550,14 +553,7 @@ def main() -> None:
 
             judge_one = _judge_one(mode, form, v2, judge, counts, groups, results)
             one = hypothesis_seed(args.seed)(
-                settings(
-                    max_examples=n,
-                    phases=[Phase.generate],
-                    database=None,
-                    deadline=None,
-                    derandomize=False,
-                    suppress_health_check=list(HealthCheck),
-                )(
+                settings(max_examples=n, **GENERATE_ONLY)(
                     given(
                         program=programs(min_steps=min_steps),
                         dynamic=st.sampled_from((False, False, True)) if mode == "full" else st.just(False),

@@ -72,6 +72,20 @@ def head_norm(x: Tensor, weight: Tensor) -> Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * weight
 
 
+def _qkv(hidden: Tensor, residual: Tensor, ln_w: Tensor, wqkv: Tensor) -> tuple[Tensor, ...]:
+    """Fused add + norm in place, then ``q``, ``k``, ``v``: three ``split``
+    outputs of one ``qkv`` matmul."""
+    torch.ops.fxr_dec.fused_add_rms_norm(hidden, residual, ln_w, 1e-6)
+    qkv = hidden @ wqkv
+    return qkv.split([H * D, KH * D, KH * D], dim=-1)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, wo: Tensor) -> Tensor:
+    out = torch.empty(q.shape[0], H * D)
+    torch.ops.fxr_dec.attention(q, k, v, out)
+    return out @ wo
+
+
 def layer(
     positions: Tensor,
     hidden: Tensor,
@@ -83,16 +97,13 @@ def layer(
     cos_sin: Tensor,
     wo: Tensor,
 ) -> tuple[Tensor, Tensor]:
-    torch.ops.fxr_dec.fused_add_rms_norm(hidden, residual, ln_w, 1e-6)
-    qkv = hidden @ wqkv
-    q, k, v = qkv.split([H * D, KH * D, KH * D], dim=-1)
+    """Qwen3's layer: a per-head norm in plain torch before the rotary."""
+    q, k, v = _qkv(hidden, residual, ln_w, wqkv)
     t = q.shape[0]
     q = head_norm(q.view(t, H, D), qn_w).view(t, H * D)
     k = head_norm(k.reshape(t, KH, D), kn_w).reshape(t, KH * D)
     torch.ops.fxr_dec.rotary_embedding(positions, q, k, D, cos_sin, True)
-    out = torch.empty(t, H * D)
-    torch.ops.fxr_dec.attention(q, k, v, out)
-    return out @ wo, residual
+    return _attend(q, k, v, wo), residual
 
 
 def llama_layer(
@@ -111,15 +122,11 @@ def llama_layer(
     ``[H*D, (H+KH)*D)`` of rows of stride ``(H+2*KH)*D``; only the row count
     is symbolic). They share a storage, not one element: the proof of
     disjointness must hold with the symbolic token count (issue 30)."""
-    torch.ops.fxr_dec.fused_add_rms_norm(hidden, residual, ln_w, 1e-6)
-    qkv = hidden @ wqkv
-    q, k, v = qkv.split([H * D, KH * D, KH * D], dim=-1)
+    q, k, v = _qkv(hidden, residual, ln_w, wqkv)
     t = q.shape[0]
     # Viewed as heads, as the issue's layer passes them.
     torch.ops.fxr_dec.rotary_embedding(positions, q.view(t, H, D), k.view(t, KH, D), D, cos_sin, True)
-    out = torch.empty(t, H * D)
-    torch.ops.fxr_dec.attention(q, k, v, out)
-    return out @ wo, residual
+    return _attend(q, k, v, wo), residual
 
 
 LAYERS = {"qwen3": layer, "llama": llama_layer}
