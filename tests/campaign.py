@@ -384,7 +384,7 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
                 tally.add("fixes", program, dynamic)
         elif alone is None:
             tally.add("fxrewrite_wrong", program, dynamic, problem)
-        elif alone.startswith("raised:") and not problem.startswith("raised:"):
+        elif trp.silently_wrong_where_inductor_raises(program, problem, alone):
             tally.add("inductor_crash_fxrewrite_wrong", program, dynamic, problem)
         else:
             tally.add("both_wrong", program, dynamic)

@@ -18,12 +18,14 @@ The registry is global and single-threaded, like the operators' callers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], int]
 
@@ -92,3 +94,86 @@ def check() -> Iterator[LayoutRegistry]:
         yield REGISTRY
     finally:
         REGISTRY.mode = "off"
+
+
+# ---------------------------------------------------------------------------
+# The layouts torch's own fake tensors state. A compiled program is traced
+# with fake tensors, and every pass after the trace (Inductor's and ours) can
+# only pass a kernel the layout the traced graph states. Where torch's fake
+# kernel for an op disagrees with its eager kernel (e.g. a ``view`` to the
+# same shape keeps its input's size-1 strides under ``FakeTensorMode`` and
+# recomputes them in eager), every compiled program differs from eager: a
+# torch bug, not one of the passes.
+
+
+class _RecordCalls(TorchDispatchMode):
+    """Under a fake mode: the layout of each tensor argument of each call of
+    an operator of ``namespace``, by call site (its ``site`` argument) and
+    argument name (``name[i]`` for an element of a list)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.layouts: dict[tuple[int, str], Layout] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func.namespace == self.namespace:
+            named = dict(zip((a.name for a in func._schema.arguments), args, strict=False)) | kwargs
+            site = named.get("site")
+            for name, value in named.items():
+                items = [(name, value)]
+                if isinstance(value, list | tuple):
+                    items = [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+                for label, t in items:
+                    if isinstance(t, torch.Tensor) and isinstance(site, int):
+                        self.layouts[(site, label)] = layout_of(t)
+        return func(*args, **kwargs)
+
+
+def fake_layouts(
+    fn: Callable[[list[torch.Tensor]], Any], inputs: list[torch.Tensor], namespace: str
+) -> dict[tuple[int, str], Layout] | None:
+    """The layouts torch's ``FakeTensorMode`` gives the arguments of the
+    operators of ``namespace`` when ``fn`` runs on fake copies of
+    ``inputs``; ``None`` when ``fn`` does not run on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    recorder = _RecordCalls(namespace)
+    try:
+        fakes = [mode.from_tensor(t) for t in inputs]
+        with mode, recorder:
+            fn(fakes)
+    except Exception:
+        return None
+    return recorder.layouts
+
+
+_MISMATCH = re.compile(
+    r"^site (\d+) `([^`]+)`: size, stride, offset \[([^\]]*)\], \[([^\]]*)\], (-?\d+); "
+    r"eager passed \[([^\]]*)\], \[([^\]]*)\], (-?\d+)$"
+)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def stated_by_fake_tensors(problem: str | None, traced: dict[tuple[int, str], Layout] | None) -> bool:
+    """True when ``problem`` (a ``report()``) is only layouts that torch's
+    fake tensors state and eager does not: each kernel got exactly the
+    layout of ``traced`` (``fake_layouts``) for its site and argument, and
+    that layout is not eager's."""
+    if problem is None or traced is None or not problem.startswith("a stride-reading kernel"):
+        return False
+    lines = problem.splitlines()[1:]
+    for line in lines:
+        m = _MISMATCH.match(line)
+        if m is None:
+            return False
+        got = (_ints(m.group(3)), _ints(m.group(4)), int(m.group(5)))
+        want = (_ints(m.group(6)), _ints(m.group(7)), int(m.group(8)))
+        if traced.get((int(m.group(1)), m.group(2))) != got or got == want:
+            return False
+    return bool(lines)
