@@ -27,6 +27,9 @@ impl Context<'_> {
     }
 
     pub(super) fn replace(&mut self, node: NodeId, with: ValueRef) {
+        if let ValueRef::Old(n) = with {
+            self.stood_for.insert(node, n);
+        }
         let with = match with {
             ValueRef::Old(n) => self.resolve(n),
             v @ ValueRef::New(_) => v,

@@ -115,7 +115,11 @@ impl Context<'_> {
         loop {
             // A node holding a list (`split`) has no layout of its own: the
             // copy is cut from its source, and it is applied again.
-            let layout = if self.holds_a_list(cur) {
+            // A view of a removed write-back scatter (or of a result the
+            // plan replaced by its buffer) has metadata computed from the
+            // replaced value's layout, not from the memory it now views:
+            // it is cut again from its source, whose layout is known.
+            let layout = if self.holds_a_list(cur) || self.views_a_stand_in(cur) {
                 Err(SYMBOLIC_OFFSET)
             } else {
                 clone_layout(self.graph, self.layout_source(cur))
@@ -159,6 +163,20 @@ impl Context<'_> {
             }
             cur = src;
         }
+    }
+
+    /// True when a node up `n`'s chain of view sources was replaced by an
+    /// original node standing for its memory (`stood_for`): `n`'s own
+    /// metadata then describes a layout the rewritten program does not have.
+    fn views_a_stand_in(&self, n: NodeId) -> bool {
+        let mut cur = n;
+        while let Role::View { src, .. } = &self.roles[cur.idx()] {
+            if self.stood_for.contains_key(src) {
+                return true;
+            }
+            cur = *src;
+        }
+        false
     }
 
     /// True for a node whose value is a list of tensors (its operator

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use crate::analysis::alias::{classify, Geometry, Role, ViewStep};
+use crate::analysis::alias::{arrival_storages, classify, Geometry, Role, ViewStep};
 use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
@@ -133,6 +133,10 @@ pub struct Context<'g> {
     graph: &'g Graph,
     /// What each node is, memory-wise (`analysis::alias::classify`).
     roles: Vec<Role>,
+    /// Per node, its storage in the graph as it arrives
+    /// (`analysis::alias::arrival_storages`), computed when a record of
+    /// alias groups is first checked against it.
+    arrival: Option<Vec<usize>>,
     /// Users of every node.
     uses: Uses,
     /// Per node, the graph index of the last node reading its memory
@@ -175,6 +179,11 @@ pub struct Context<'g> {
     same_layout: HashMap<NodeId, NodeId>,
     /// Nodes the plan replaced, and by what (replacements never chain).
     replaced: HashMap<NodeId, ValueRef>,
+    /// Nodes the plan replaced by an original node, and that node before
+    /// its own replacement is followed: its layout is theirs in the
+    /// rewritten program (`layout_source`), also where it was itself
+    /// replaced by a new node of its layout.
+    stood_for: HashMap<NodeId, NodeId>,
     /// Storage key from metadata -> the first node seen with it.
     storage_keys: HashMap<u64, NodeId>,
     /// The next version number to hand out.
@@ -258,6 +267,7 @@ impl<'g> Context<'g> {
         Self {
             graph,
             roles,
+            arrival: None,
             uses,
             last_read,
             pos: (0..n).map(|i| 2 * i as i64).collect(),
@@ -277,6 +287,7 @@ impl<'g> Context<'g> {
             clone_reps: HashMap::default(),
             same_layout: HashMap::default(),
             replaced: HashMap::default(),
+            stood_for: HashMap::default(),
             storage_keys: HashMap::default(),
             next_event: 1,
             writes: Vec::new(),

@@ -113,6 +113,7 @@ impl Context<'_> {
                 label(b)
             ));
         };
+        self.check_record(call, v1, groups)?;
         let group_of_label = |l: &str| groups.iter().position(|g| g.iter().any(|s| s == l));
         let group = |s: Slot| -> std::result::Result<usize, String> {
             let labels: Vec<String> = match s {
@@ -198,6 +199,57 @@ impl Context<'_> {
             unit_reads,
             split,
         })
+    }
+
+    /// Refuses a record the pre pass cannot have made: one group naming
+    /// slots on two storages of the graph as it arrives (the pre pass groups
+    /// by storage, and Inductor's cleanups only merge storages after it; see
+    /// `analysis::alias::arrival_storages`). Trusting it would give the
+    /// kernel sharing the program may never have had.
+    fn check_record(
+        &mut self,
+        call: &MutationCall,
+        v1: bool,
+        groups: &[Vec<String>],
+    ) -> std::result::Result<(), String> {
+        let arrival = self
+            .arrival
+            .get_or_insert_with(|| arrival_storages(self.graph, &self.roles));
+        let node_of = |l: &str| -> Option<NodeId> {
+            let written = if v1 {
+                call.buffers.iter().find(|b| b.label == l).map(|b| b.node)
+            } else {
+                call.written
+                    .iter()
+                    .find(|w| w.label == l)
+                    .map(|w| call.buffers[w.buffer].node)
+            };
+            written.or_else(|| {
+                call.read_nodes
+                    .iter()
+                    .find(|(r, _)| r == l)
+                    .map(|&(_, n)| n)
+            })
+        };
+        for g in groups {
+            let mut first: Option<(&str, usize)> = None;
+            for l in g {
+                let Some(node) = node_of(l) else { continue };
+                let st = arrival[node.idx()];
+                match first {
+                    None => first = Some((l, st)),
+                    Some((f, fs)) if fs != st => {
+                        return Err(format!(
+                            "the record of alias groups puts `{f}` and `{l}` in one group, but they lie \
+                             on different storages in the graph as it arrives: not a record the pre pass \
+                             makes; left to Inductor"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The pairs of slots that may share memory in the graph as it arrives

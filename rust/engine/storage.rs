@@ -69,14 +69,15 @@ impl Context<'_> {
     }
 
     /// The node whose metadata gives `n`'s layout in the rewritten program:
-    /// the node the plan replaced it with (a removed write-back scatter
+    /// the original node the plan replaced it with, even where that one was
+    /// replaced in turn by a new node of its layout (a removed write-back scatter
     /// stands for its base's memory, whose layout its own metadata need not
     /// have: a scatter into a strided view is contiguous), else `n` itself,
     /// or when it has none, the node it is the same memory and geometry as
     /// (a result bound to its buffer).
     pub(super) fn layout_source(&self, n: NodeId) -> NodeId {
         let mut cur = n;
-        while let Some(&ValueRef::Old(m)) = self.replaced.get(&cur) {
+        while let Some(&m) = self.stood_for.get(&cur) {
             if m == cur {
                 break;
             }

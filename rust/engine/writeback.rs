@@ -142,8 +142,10 @@ impl Context<'_> {
     }
 
     /// True when a view of `n` (directly or through other views) addresses
-    /// the storage rather than `n`'s elements: an `as_strided`, or a view
-    /// step the engine cannot resolve.
+    /// the storage rather than `n`'s elements: an `as_strided`, a view
+    /// step the engine cannot resolve, or an `auto_functionalized_v2` that
+    /// cuts a written view from `n` as a base by storage offset (left to
+    /// Inductor, it is decomposed into that `as_strided`).
     fn storage_addressed_through_views(&self, n: NodeId) -> bool {
         self.uses
             .users(n)
@@ -153,8 +155,28 @@ impl Context<'_> {
                     matches!(step, Some(ViewStep::AsStrided { .. } | ViewStep::Opaque(_)))
                         || self.storage_addressed_through_views(u)
                 }
+                Role::AutoFunctionalized => self.v2_cuts_by_offset_from(u, n),
                 _ => false,
             })
+    }
+
+    /// True when `af` is an `auto_functionalized_v2` with `base` among its
+    /// `_all_bases` and a written view given by storage offset.
+    fn v2_cuts_by_offset_from(&self, af: NodeId, base: NodeId) -> bool {
+        let node = self.graph.node(af);
+        if self.graph.target_of(af).kind != TargetKind::AutoFunctionalizedV2 {
+            return false;
+        }
+        let is_base = matches!(
+            node.kwarg("_all_bases"),
+            Some(crate::ir::Value::List(bases))
+                if bases.iter().any(|b| matches!(b, crate::ir::Value::Node(x) if *x == base))
+        );
+        is_base
+            && node
+                .kwargs
+                .iter()
+                .any(|(k, _)| k.ends_with("_storage_offset"))
     }
 
     /// Queues the users of `n`, and of the views of `n`, for the write-back

@@ -759,6 +759,10 @@ pub fn build(steps: &[Step], outputs: u64, with_meta: bool) -> Graph {
 pub fn add_alias_records(g: &mut Graph, seed: u64) {
     use fxrewrite::forms::call::ALIAS_GROUPS;
     use fxrewrite::forms::{parse, FormCall};
+    let arrival = {
+        let roles = fxrewrite::analysis::alias::classify(g);
+        fxrewrite::analysis::alias::arrival_storages(g, &roles)
+    };
     let mut state = seed | 1;
     let mut next = move || {
         // xorshift64: a fixed, seedable sequence.
@@ -783,23 +787,43 @@ pub fn add_alias_records(g: &mut Graph, seed: u64) {
         };
         labels.extend(call.read_nodes.iter().map(|(l, _)| l.clone()));
         let k = 1 + next() % 3;
-        let mut groups: Vec<Vec<Value>> = vec![Vec::new(); usize::try_from(k).unwrap()];
+        // Mostly records the pre pass can make: a group lies on one storage
+        // of the graph as it arrives (the pre pass groups by storage, and
+        // Inductor's cleanups only merge storages after it). One call in
+        // eight gets a record that ignores storages, which the engine must
+        // refuse rather than trust.
+        let realistic = next() % 8 != 0;
+        let node_of = |l: &str| -> Option<NodeId> {
+            let written = if v1 {
+                call.buffers.iter().find(|b| b.label == l).map(|b| b.node)
+            } else {
+                call.written
+                    .iter()
+                    .find(|w| w.label == l)
+                    .map(|w| call.buffers[w.buffer].node)
+            };
+            written.or_else(|| call.read_nodes.iter().find(|(r, _)| r == l).map(|&(_, n)| n))
+        };
+        let mut groups: Vec<((usize, u64), Vec<Value>)> = Vec::new();
         for l in labels {
             // The written arguments of one v2 base shared it in the program.
             let base = (!v1)
                 .then(|| call.written.iter().find(|w| w.label == l).map(|w| w.buffer))
                 .flatten();
             let gi = match base {
-                Some(b) => usize::try_from((seed ^ b as u64) % k).unwrap(),
-                None => usize::try_from(next() % k).unwrap(),
+                Some(b) => (seed ^ b as u64) % k,
+                None => next() % k,
             };
-            groups[gi].push(Value::Str(l));
+            let storage = match node_of(&l) {
+                Some(n) if realistic => arrival[n.idx()],
+                _ => usize::MAX,
+            };
+            match groups.iter_mut().find(|(key, _)| *key == (storage, gi)) {
+                Some((_, g)) => g.push(Value::Str(l)),
+                None => groups.push(((storage, gi), vec![Value::Str(l)])),
+            }
         }
-        let groups = groups
-            .into_iter()
-            .filter(|g| !g.is_empty())
-            .map(Value::List)
-            .collect();
+        let groups = groups.into_iter().map(|(_, g)| Value::List(g)).collect();
         g.nodes[i]
             .kwargs
             .push((ALIAS_GROUPS.to_string(), Value::List(groups)));

@@ -14,9 +14,11 @@
 
 mod geometry;
 mod steps;
+mod storages;
 
 pub use geometry::Geometry;
 pub use steps::{Dim, ViewStep};
+pub use storages::arrival_storages;
 
 use crate::ir::{Graph, NodeId, OpCode, OpSchema, TargetKind, Value};
 use steps::{arg, list_item_step, opt_int, select_step, slice_step, view_step};
