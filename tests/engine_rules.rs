@@ -2352,14 +2352,26 @@ mod props {
     #[test]
     fn a_clone_of_a_removed_scatter_over_a_cloned_base_has_the_bases_layout() {
         let steps = [
-            Step::V2Rms { base: 0, x: 0, view: 0 },
+            Step::V2Rms {
+                base: 0,
+                x: 0,
+                view: 0,
+            },
             Step::AsStrided(0, 0),
             Step::V2Foreach(176, 0, false),
             Step::Slice(243, 1, 3),
             Step::Unknown(0),
-            Step::V1Rms { out: 76, x: 5, scatter: true },
+            Step::V1Rms {
+                out: 76,
+                x: 5,
+                scatter: true,
+            },
             Step::Unknown(5),
-            Step::V1Rot { q: 86, k: 37, scatter: false },
+            Step::V1Rot {
+                q: 86,
+                k: 37,
+                scatter: false,
+            },
         ];
         check_case(&steps, 11_088_562_138_629_234_313, true, 0).unwrap();
     }
@@ -2378,15 +2390,29 @@ mod props {
             Step::Slice(4, 1, 0),
             Step::Slice(51, 72, 0),
             Step::ForeachV1(0, 0),
-            Step::V1Rot { q: 179, k: 26, scatter: true },
+            Step::V1Rot {
+                q: 179,
+                k: 26,
+                scatter: true,
+            },
             Step::Slice(241, 0, 5),
             Step::Unknown(15),
             Step::Read(0),
             Step::Unknown(5),
             Step::Unknown(2),
-            Step::AddRms { v2: false, x: 61, res: 121 },
+            Step::AddRms {
+                v2: false,
+                x: 61,
+                res: 121,
+            },
         ];
-        check_case(&steps, 10_158_268_329_613_264_257, true, 3_082_400_841_693_715_518).unwrap();
+        check_case(
+            &steps,
+            10_158_268_329_613_264_257,
+            true,
+            3_082_400_841_693_715_518,
+        )
+        .unwrap();
     }
 
     /// Found by the 300 fresh-seed runs of this session (run 40): a v1
@@ -2401,14 +2427,26 @@ mod props {
     #[test]
     fn a_left_v2_cutting_by_offset_from_a_scatter_result_keeps_the_scatter() {
         let steps = [
-            Step::V2Rms { base: 0, x: 0, view: 0 },
+            Step::V2Rms {
+                base: 0,
+                x: 0,
+                view: 0,
+            },
             Step::Unknown(0),
             Step::Unknown(0),
             Step::Split(86),
             Step::Slice(81, 2, 0),
-            Step::V1Rms { out: 87, x: 0, scatter: true },
+            Step::V1Rms {
+                out: 87,
+                x: 0,
+                scatter: true,
+            },
             Step::Input,
-            Step::V2Rms { base: 98, x: 15, view: 193 },
+            Step::V2Rms {
+                base: 98,
+                x: 15,
+                view: 193,
+            },
             Step::Read(0),
             Step::Unknown(0),
         ];

@@ -802,7 +802,12 @@ pub fn add_alias_records(g: &mut Graph, seed: u64) {
                     .find(|w| w.label == l)
                     .map(|w| call.buffers[w.buffer].node)
             };
-            written.or_else(|| call.read_nodes.iter().find(|(r, _)| r == l).map(|&(_, n)| n))
+            written.or_else(|| {
+                call.read_nodes
+                    .iter()
+                    .find(|(r, _)| r == l)
+                    .map(|&(_, n)| n)
+            })
         };
         let mut groups: Vec<((usize, u64), Vec<Value>)> = Vec::new();
         for l in labels {

@@ -109,7 +109,14 @@ mod tests {
         let sc = b.call(
             "sc",
             &slice_scatter(),
-            vec![n(buf), n(v), Value::Int(1), Value::Int(0), Value::Int(2), Value::Int(1)],
+            vec![
+                n(buf),
+                n(v),
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(2),
+                Value::Int(1),
+            ],
         );
         let g = b.output(&[sc, piece]);
         let st = arrival_storages(&g, &classify(&g));
