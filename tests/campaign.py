@@ -438,6 +438,9 @@ def accumulate(
     column is not 0."""
     first = next_seed(LOG) if first_seed is None else first_seed
     deadline = time.monotonic() + minutes * 60
+    # The code judged is the code at the start: commits made while the run
+    # goes on (it runs beside other work) are not in it.
+    commit = _commit()
     tallies = {(install, form): Tally() for install in trp.INSTALLS for form in ("v2", "v1")}
     seed = first
     judged = 0
@@ -465,7 +468,7 @@ def accumulate(
         c = tally.counts
         label = {"full": "install()", "one_line": "one line"}[install]
         rows.append(
-            f"| {date} | {_commit()} | {label} | {form} | {first}-{last} | "
+            f"| {date} | {commit} | {label} | {form} | {first}-{last} | "
             + " | ".join(str(c[k]) for k in COLUMNS)
             + " |"
         )
