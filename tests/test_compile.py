@@ -284,7 +284,9 @@ def test_reader_of_a_graph_input_moves_before_its_mutation(v2):
         return v + 1
 
     r = compile_and_compare(f, torch.randn(4, 8), v2=v2).report
-    assert r.moved == 1 and r.clones == [] and r.realized >= 1
+    # torch 2.13 keeps `clone` and `transpose` apart where 2.15 fuses them
+    # into one reader: one or two readers move, never a clone.
+    assert r.moved >= 1 and r.clones == [] and r.realized >= 1
 
 
 # Readers of an old value that the pass moves ahead of the mutation, each with
@@ -395,6 +397,16 @@ def test_nested_compile_region_that_mutates_its_argument_is_explained(v2):
 
     a, w = torch.randn(4, 8), torch.randn(8)
     expected = f(a.clone(), w)
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch({"fx_graph_cache": False, "enable_auto_functionalized_v2": v2}):
+            torch.compile(f)(a.clone(), w)
+    except Exception as e:  # torch before 2.15: Inductor alone refuses the program
+        if "Found a custom (non-ATen) operator whose output has alias annotations" not in str(e):
+            raise
+        pytest.skip(
+            f"torch {torch.__version__} cannot compile a mutating custom op in a nested_compile_region"
+        )
     ours = fxrewrite.Pass()
     torch._dynamo.reset()
     with torch._inductor.config.patch(
