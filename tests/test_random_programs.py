@@ -1417,3 +1417,41 @@ def test_a_layout_torch_does_not_state_stays_a_failure() -> None:
     assert not layouts.stated_by_fake_tensors(not_stated, traced)
     assert not layouts.stated_by_fake_tensors(stated + "\n" + not_stated.splitlines()[1], traced)
     assert silently_wrong_where_inductor_raises(program, not_stated, "raised: InductorError")
+
+
+SELECT_OF_A_REALIZED_SCATTER = Program(
+    shapes=((8, 4), (8,)),
+    steps=(
+        ("binop", "mul", 1, 1),
+        ("clone", 0),
+        ("unbind", 0, 1, 4),
+        ("bits_list_", (3, 5, 5, 5)),
+        ("transpose", 3),
+        ("unary", "sum0", 2),
+        ("scale_", 7, -1.0),
+        ("two_", 9, 9, 9),
+    ),
+    outputs=(("direct", 8),),
+    seed=65535,
+    input_layouts=(),
+)
+"""Found by ``tests/campaign.py`` (seeds 27-75, the one
+``inductor_crash_fxrewrite_wrong`` of 389 x 4, install() v1): ``scale_``
+writes column 3 of ``select_scatter_2`` (the graph input's new value, before
+its write-back). The pass marks ``select_scatter_2`` to be realized, so the
+column is a view of a buffer, but the buffer keeps Inductor's flexible
+layout, and the operator's exact-stride constraint (``eager_input_vals``)
+then copies the column into a buffer of its own (``empty_strided((8,),
+(4,))``, storage offset 0 where eager's is 3), which the kernel writes and
+Inductor copies back. Values are right; the kernel sees another storage
+offset and memory. Open: the realized node's layout must be fixed before
+the call (as an ``as_strided`` user of it would make Inductor do)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a realized computation written through a view keeps a flexible layout; Inductor copies the view",
+)
+def test_regression_a_column_of_a_realized_scatter_is_written_in_place() -> None:
+    program = SELECT_OF_A_REALIZED_SCATTER
+    assert full_compile(program, eager(program), False, False, install="full") is None
