@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-bash scripts/install_graphviz.sh
+bash scripts/install_browser.sh >/dev/null
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi

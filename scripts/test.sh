@@ -8,8 +8,11 @@ if [ ! -x .venv/bin/python ]; then
     FXREWRITE_SKIP_DEMO=1 bash scripts/setup.sh
 fi
 . .venv/bin/activate
-# A venv made before Graphviz was a dependency may lack dot on this machine.
-bash scripts/install_graphviz.sh
+# The HTML view's browser test must run here, never skip: as root (CI) a browser is installed
+# and required; elsewhere it is required when one is found.
+if [ -n "$(bash scripts/install_browser.sh)" ] || [ "$(id -u)" = 0 ]; then
+    export FXREWRITE_REQUIRE_BROWSER=1
+fi
 # Rebuild the extension so the tests run the current Rust code.
 # A version-specific module of an older build (_core.cpython-3XX-*.so) would be imported
 # instead of the abi3 one maturin writes (_core.abi3.so): remove it first.

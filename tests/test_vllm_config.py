@@ -216,9 +216,9 @@ def test_the_stand_in_catches_plain_copies_being_removed(program, v2):
 # ----- 4. seeing that it ran --------------------------------------------------------------
 
 
-def test_one_info_line_per_graph_and_saving_needs_no_graphviz(tmp_path, monkeypatch, caplog):
+def test_one_info_line_per_graph_and_saving_needs_no_system_program(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("FXREWRITE_SAVE_DIR", str(tmp_path))
-    monkeypatch.setenv("FXREWRITE_DOT", str(tmp_path / "no-dot-here"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
     p = fxrewrite.Pass(strict=True)
     with caplog.at_level(logging.DEBUG, logger="fxrewrite"):
         assert S.run_program("copy_row_written", {"post_grad_custom_post_pass": p}, v2=True)
@@ -227,7 +227,8 @@ def test_one_info_line_per_graph_and_saving_needs_no_graphviz(tmp_path, monkeypa
     assert f"pid {os.getpid()}, compile 0/0, graph " in ran[0].getMessage()
     assert "1 auto_functionalized nodes, 1 rewritten, 0 left, 1 copies" in ran[0].getMessage()
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert sorted(f.suffix for f in tmp_path.iterdir()) == [".fxir", ".fxir"]  # no page, no error
+    # The graphs and their page, drawn with no system program (no `dot`).
+    assert sorted(f.suffix for f in tmp_path.iterdir()) == [".fxir", ".fxir", ".html"]
 
 
 # ----- 5. the documented commands ---------------------------------------------------------

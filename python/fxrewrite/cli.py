@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--html",
         metavar="OUT",
         help="also write OUT, one self-contained HTML page drawing each rewritten region before and after "
-        "(needs Graphviz's dot)",
+        "(no system program needed; opens offline)",
     )
     r = _sub(
         sub,

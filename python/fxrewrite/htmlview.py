@@ -7,52 +7,34 @@ surviving ones of those nodes plus the nodes the rewrite inserted for it (the
 in-place call, clones) after. Each region is capped at ``MAX_REGION_NODES``
 per side, so the page grows with the number of regions, never with the graph.
 
-Graphviz's ``dot`` lays out and draws every region (one ``dot`` process for
-the whole page); the SVG is inlined, so the page needs no network to view.
+Each region is laid out and drawn here (``svgdraw``: a layered layout, no
+system binary); the SVG is inlined, so the page needs no network to view.
 Only ``--html`` and the pass's HTML artifact import this module.
 """
 
 from __future__ import annotations
 
 import html
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
 from .report import Decision, Report
+from .svgdraw import Arrow, Box, draw
 
 #: The value tag of a callable in the IR tuples (``rust/ir/wire.rs``).
 _T_TARGET = _core.WIRE_CODES["value_tag"]["target"]
 
-__all__ = ["DOT_ENV", "MAX_REGION_NODES", "DotMissingError", "DrawError", "render_html"]
+__all__ = ["MAX_REGION_NODES", "DrawError", "render_html"]
 
-DOT_ENV = "FXREWRITE_DOT"
 MAX_REGION_NODES = 40
 _DOWNSTREAM = 3  # readers of each result shown before the rewrite
 
 
 class DrawError(RuntimeError):
     """The regions could not be drawn."""
-
-
-class DotMissingError(DrawError):
-    """Graphviz's ``dot`` is not installed (or ``FXREWRITE_DOT`` names no program)."""
-
-
-def find_dot() -> str:
-    """The ``dot`` program: ``FXREWRITE_DOT`` or the one on ``PATH``."""
-    dot = os.environ.get(DOT_ENV) or shutil.which("dot")
-    if not dot or not (os.path.isfile(dot) and os.access(dot, os.X_OK)):
-        raise DotMissingError(
-            "the HTML view needs Graphviz's `dot` to draw the regions and it was not found "
-            f"(install it: apt-get install graphviz, brew install graphviz; or set {DOT_ENV})"
-        )
-    return dot
 
 
 def _refs(v: Any, out: list[int]) -> None:
@@ -277,101 +259,57 @@ def regions(before: _Table, after: _Table, plan: dict[str, Any], report: Report)
     return out
 
 
-_STYLE = {
-    "call": ('fillcolor="#f6c1c1"', 'fillcolor="#b9e6b9"'),
-    "moved": ('fillcolor="#ffd59e"', 'fillcolor="#ffd59e"'),
-    "reader": ('fillcolor="#dde8ff"', 'fillcolor="#dde8ff"'),
-    "getitem": ('fillcolor="#eeeeee"', 'fillcolor="#eeeeee"'),
-    "writeback": ('fillcolor="#eeeeee"', 'fillcolor="#eeeeee"'),
-    "removed": ('fillcolor="#eeeeee" style="filled,dashed" fontcolor="#888888"', ""),
-    "operand": ('fillcolor="#ffffff"', 'fillcolor="#ffffff"'),
-    "clone": ("", 'fillcolor="#fff3a0"'),
-    "new": ("", 'fillcolor="#d8f0d8"'),
+@dataclass(frozen=True)
+class _Look:
+    fill: str = "#ffffff"
+    dashed: bool = False
+    text_color: str = "#222222"
+
+
+#: Per role, the look before and after the rewrite (``None``: not drawn on that side).
+_STYLE: dict[str, tuple[_Look | None, _Look | None]] = {
+    "call": (_Look("#f6c1c1"), _Look("#b9e6b9")),
+    "moved": (_Look("#ffd59e"), _Look("#ffd59e")),
+    "reader": (_Look("#dde8ff"), _Look("#dde8ff")),
+    "getitem": (_Look("#eeeeee"), _Look("#eeeeee")),
+    "writeback": (_Look("#eeeeee"), _Look("#eeeeee")),
+    "removed": (_Look("#eeeeee", dashed=True, text_color="#888888"), _Look()),
+    "operand": (_Look(), _Look()),
+    "clone": (_Look(), _Look("#fff3a0")),
+    "new": (_Look(), _Look("#d8f0d8")),
 }
 
 
-def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _dot(t: _Table, roles: dict[int, str], side: int, title: str) -> str:
-    lines = [
-        f"digraph {_q(title)} {{",
-        'graph [rankdir=TB fontsize=10 nodesep=0.2 ranksep=0.3 bgcolor="transparent"];',
-        'node [shape=box style="filled" fontname="Helvetica" fontsize=9 height=0.2];',
-        'edge [arrowsize=0.5 color="#555555"];',
-    ]
+def _drawing(t: _Table, roles: dict[int, str], side: int, title: str) -> str:
+    boxes = []
     for i in sorted(roles):
         role = roles[i]
-        label = f"{t.names[i]}\n{t.target(i)[:60]}  #{i}"
-        tip = t.source(i) or t.target(i)
-        extra = _STYLE.get(role, ("", ""))[side]
-        if role == "call" and side == 1:
-            extra += " penwidth=2"
-        lines.append(f"n{i} [label={_q(label)} tooltip={_q(tip)} {extra}];")
+        look = _STYLE.get(role, (_Look(), _Look()))[side] or _Look()
+        boxes.append(
+            Box(
+                key=i,
+                lines=(t.names[i], f"{t.target(i)[:60]}  #{i}"),
+                fill=look.fill,
+                dashed=look.dashed,
+                text_color=look.text_color,
+                stroke_width=2.0 if role == "call" and side == 1 else 1.0,
+                tooltip=t.source(i) or t.target(i),
+            )
+        )
+    arrows = []
     for i in sorted(roles):
-        for r in t.inputs[i]:
-            if r in roles:
-                lines.append(f"n{r} -> n{i};")
+        arrows += [Arrow(r, i) for r in t.inputs[i] if r in roles]
         if side == 1 and roles[i] == "call":
             for k in sorted(roles):  # program order around the call
                 if roles[k] in ("reader", "moved") and i not in t.inputs[k]:
                     src, dst = (k, i) if k < i else (i, k)
-                    lines.append(f'n{src} -> n{dst} [style=dotted color="#999999" arrowhead=none];')
-            for w in t.written(i):
-                if w in roles:
-                    lines.append(
-                        f'n{i} -> n{w} [style=dashed color="#c03030" fontcolor="#c03030" '
-                        'fontsize=8 label="writes" constraint=false];'
-                    )
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _run_dot(dot: str, sources: list[str]) -> list[str]:
-    """Every graph drawn by ``dot`` (one process per CPU, each drawing a share
-    of the graphs); one SVG element each, in order."""
-    if not sources:
-        return []
-    jobs = max(1, min(os.cpu_count() or 1, 8, len(sources) // 50 or 1))
-    share = -(-len(sources) // jobs)
-    chunks = [sources[k : k + share] for k in range(0, len(sources), share)]
-    procs = [
-        subprocess.Popen(
-            [dot, "-Tsvg"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        for _ in chunks
-    ]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(procs)) as pool:
-        outs = list(
-            pool.map(lambda pc: pc[0].communicate("\n".join(pc[1]).encode()), zip(procs, chunks, strict=True))
-        )
-    svgs: list[str] = []
-    for p, (out, err) in zip(procs, outs, strict=True):
-        if p.returncode != 0:
-            raise DrawError(f"dot failed: {err.decode(errors='replace').strip()[:300]}")
-        svgs += [_compact(m.group(0)) for m in re.finditer(r"<svg\b.*?</svg>", out.decode(), flags=re.S)]
-    if len(svgs) != len(sources):
-        raise DrawError(f"dot drew {len(svgs)} graphs of {len(sources)}")
-    return svgs
-
-
-_DROP = re.compile(
-    r"<!--.*?-->\n?|<title>[^<]*</title>\n?| (?:id|class)=\"[^\"]*\"| font-family=\"[^\"]*\"| font-size=\"9.00\""
-    r"| text-anchor=\"middle\"",
-    re.S,
-)
-
-
-def _compact(svg: str) -> str:
-    """dot's SVG with what CSS sets once dropped (ids, titles, fonts, anchors) and
-    coordinates to one decimal: about half the size, same picture."""
-    svg = _DROP.sub("", svg)
-    svg = re.sub(r"<g>\n?<a ([^>]*)>", r"<a \1>", svg)  # the wrapper groups of tooltip links
-    svg = re.sub(r"</a>\n?</g>", "</a>", svg)
-    return re.sub(r"(\d\.\d)\d+", r"\1", svg)
+                    arrows.append(Arrow(src, dst, style="dotted", color="#999999", head=False))
+            arrows += [
+                Arrow(i, w, style="dashed", color="#c03030", label="writes", constraint=False)
+                for w in t.written(i)
+                if w in roles
+            ]
+    return draw(boxes, arrows, title)
 
 
 _CSS = """
@@ -425,27 +363,28 @@ def _anchor(name: str) -> str:
     return "r-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def render_html(g: _core.Graph, *, title: str, node: str | None = None, dot: str | None = None) -> str:
+def render_html(g: _core.Graph, *, title: str, node: str | None = None) -> str:
     """The page for graph ``g``: a summary, an index of the rewritten regions
     and each region drawn before and after the rewrite (only ``node``'s
     when given).
 
     Raises:
-        DotMissingError: Graphviz's ``dot`` is not installed.
+        DrawError: a region could not be drawn.
     """
     import json
 
-    dot = dot or find_dot()
     rewritten, native_plan = g.rewritten()
     plan = {"edits": json.loads(native_plan.edits_json())}
     report = Report.from_engine(json.loads(native_plan.report_json()))
     before, after = _Table(g), _Table(rewritten)
     regs = [r for r in regions(before, after, plan, report) if node is None or r.decision.node == node]
-    sources = []
-    for r in regs:
-        sources.append(_dot(before, r.before, 0, f"before {r.decision.node}"))
-        sources.append(_dot(after, r.after, 1, f"after {r.decision.node}"))
-    svgs = _run_dot(dot, sources)
+    svgs: list[str] = []
+    try:
+        for r in regs:
+            svgs.append(_drawing(before, r.before, 0, f"before {r.decision.node}"))
+            svgs.append(_drawing(after, r.after, 1, f"after {r.decision.node}"))
+    except (ValueError, KeyError, IndexError) as err:
+        raise DrawError(f"cannot draw the regions: {type(err).__name__}: {err}") from err
     e = html.escape
     parts = [
         "<!DOCTYPE html>",

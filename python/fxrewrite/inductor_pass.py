@@ -208,7 +208,7 @@ def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> An
     None when no view is wanted (no save dir, no tracing) or it has nothing to show."""
     from .encode import count_auto_functionalized, encode
 
-    if not (save_dir or _tracing()) or count_auto_functionalized(graph) == 0 or not _can_draw():
+    if not (save_dir or _tracing()) or count_auto_functionalized(graph) == 0:
         return None
     try:
         if save_dir:
@@ -221,27 +221,6 @@ def _native_before(graph: torch.fx.Graph, save_dir: str | None, stem: str) -> An
     except Exception as e:
         log.warning("fxrewrite: no HTML view of %s: %s", stem or "this graph", e)
         return None
-
-
-def _can_draw() -> bool:
-    """Is Graphviz's ``dot`` there to draw the HTML view? Saving graphs is a
-    debug feature and must never need a system binary: without ``dot`` the
-    page is skipped, said once at DEBUG, and the ``.fxir`` files (which
-    ``fxrewrite explain --html`` draws later, anywhere) are still saved."""
-    from .htmlview import DotMissingError, find_dot
-
-    try:
-        find_dot()
-    except DotMissingError as e:
-        global _said_no_dot
-        if not _said_no_dot:
-            _said_no_dot = True
-            log.debug("fxrewrite: no HTML view of the saved graphs: %s", e)
-        return False
-    return True
-
-
-_said_no_dot = False
 
 
 def _html(native: Any, save_dir: str | None, stem: str) -> None:
