@@ -114,6 +114,33 @@ def _timed(name: str) -> Any:
         return contextlib.nullcontext()
 
 
+#: The structured-trace artifacts of one graph (tlparse shows them beside
+#: Inductor's own, per compile): the graph as the pass got it and as it left
+#: it (Python code with shapes, as ``torch.fx`` prints it), the report, and
+#: the HTML page of the rewritten regions. Stable names: tools may rely on them.
+TRACE_ARTIFACTS = (
+    "fxrewrite_graph_before",
+    "fxrewrite_graph_after",
+    "fxrewrite_report",
+    "fxrewrite_regions_html",
+)
+
+
+def _trace_graph(graph: torch.fx.Graph, name: str) -> None:
+    """``graph`` as the ``name`` artifact, printed only when tracing is on
+    (``trace_structured`` calls the payload function only then, at once)."""
+    try:
+        from torch._logging import trace_structured  # type: ignore[attr-defined]
+
+        trace_structured(
+            "artifact",
+            metadata_fn=lambda: {"name": name, "encoding": "string"},
+            payload_fn=lambda: graph.python_code("self", verbose=True).src,
+        )
+    except Exception:  # tracing is diagnostics only; never fail a compile on it
+        return
+
+
 def _trace(report: Report) -> None:
     """The report as a structured-trace artifact, shown by tlparse beside
     Inductor's own."""
@@ -285,6 +312,9 @@ class Pass(CustomGraphPass):
         if save_dir:
             _save(graph, save_dir, f"{stem}-before")
         native = _native_before(graph, save_dir, stem)
+        tracing = _tracing()
+        if tracing:
+            _trace_graph(graph, "fxrewrite_graph_before")
         # Shows up in torch's compile-time accounting (tlparse, compile events).
         with _timed("fxrewrite_pass"):
             report, changed = rewrite_tracking_changes(graph, strict=self._strict(), leave=self.leave)
@@ -294,6 +324,8 @@ class Pass(CustomGraphPass):
         _log_ran(graph_id, report)
         if save_dir:
             _save(graph, save_dir, f"{stem}-after")
+        if tracing:
+            _trace_graph(graph, "fxrewrite_graph_after")
         _trace(report)
         if native is not None and report.error is None:
             _html(native, save_dir, stem)
