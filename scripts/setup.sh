@@ -12,7 +12,7 @@ fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
 # torch first: it is the large download; the dev extras are the test tools.
-python -m pip install --quiet "torch>=2.8" "maturin>=1.7,<2"
+python -m pip install --quiet "torch>=2.13" "maturin>=1.7,<2"
 python -m pip install --quiet -e ".[dev]"
 # A version-specific module of an older build (_core.cpython-3XX-*.so) would be imported
 # instead of the abi3 one maturin writes (_core.abi3.so): remove it first.

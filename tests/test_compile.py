@@ -738,3 +738,61 @@ def test_a_reader_is_not_moved_across_an_in_place_write_in_a_full_compile():
     report = ours.last_report
     assert report is not None and report.found == 1
     assert not report.decisions[0].moved and len(report.clones) == 1
+
+
+# ----- what the report says agrees with explain (issue 34) ----------------------------------
+
+
+def test_the_summary_counts_the_write_backs_explain_lists(tmp_path):
+    """MLA rotary in v1: the write-back scatters of the rotary's two views
+    are removed, which ``explain`` lists per node; the summary's count is
+    theirs plus the input ``copy_`` write-backs, never 0 beside them."""
+    import json
+
+    from test_cli import run
+
+    prog = next(p for p in PROGRAMS if p.name.startswith("MLA rotary"))
+    c = compile_and_compare(prog.fn, *prog.make_inputs(), v2=False)
+    r = c.report
+    assert r.scatters_removed >= 2, r.summary()
+    assert f"{r.scatters_removed + r.writebacks_removed} write-backs removed" in r.summary()
+    saved = tmp_path / "mla.fxir"
+    fxrewrite.save(c.capture.before[0], saved)
+    decisions = json.loads(run("explain", "--json", str(saved)).stdout)
+    assert sum(d["scatters_removed"] for d in decisions) == r.scatters_removed
+
+
+def test_a_clone_of_symbolic_size_is_never_zero_bytes():
+    """The unmovable reader needs a clone; compiled with a dynamic token
+    count its size is symbolic: the report gives it as an expression and as
+    a number at the traced sizes, and the summary says so."""
+    prog = next(p for p in PROGRAMS if p.name == "unmovable reader")
+    (x,) = prog.make_inputs()
+    c = compile_and_compare(prog.fn, x, dynamic=True, more_inputs=((torch.randn(6, 8),),))
+    (clone,) = c.report.clones
+    assert clone.bytes is None and clone.bytes_expr and clone.bytes_at_trace == x.numel() * 4, clone
+    assert any(ch.isalpha() for ch in clone.bytes_expr), clone.bytes_expr  # a symbol, not a number
+    s = c.report.summary()
+    assert (
+        "0 bytes)" not in s and clone.bytes_expr in s and f", {x.numel() * 4} bytes at the traced sizes" in s
+    )
+
+
+def test_clone_sizes_in_words_with_and_without_the_live_graph():
+    from fxrewrite.report import CloneNote, Decision, Report
+
+    def report(*clones: CloneNote) -> Report:
+        return Report(
+            decisions=[Decision("af", "ns::op", "v1", "reinplace_v1", "cloned", clones=list(clones))]
+        )
+
+    assert report(CloneNote("x", "r", bytes=64)).clone_sizes() == "64 bytes"
+    # A saved graph has no symbols to name: the size is said to be symbolic, not 0.
+    assert (
+        report(CloneNote("x", "r", bytes=64), CloneNote("y", "r")).clone_sizes()
+        == "64 bytes + 1 of symbolic size"
+    )
+    live = CloneNote("y", "r", bytes_expr="4*s0", bytes_at_trace=32)
+    assert report(CloneNote("x", "r", bytes=64), live).clone_sizes() == (
+        "64 bytes + 4*s0 bytes, 96 bytes at the traced sizes"
+    )

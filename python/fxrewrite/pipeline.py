@@ -63,6 +63,7 @@ def rewrite_tracking_changes(
         plan = native.plan(left_ops)
         t2 = time.perf_counter()
         report = Report.from_engine(json.loads(plan.report_json()))
+        _size_symbolic_clones(graph, report)
         if strict:
             plan.require_complete()
         # Checks the plan against the graph and its own report first, then
@@ -145,3 +146,54 @@ def _trace_of(by_name: dict[str, torch.fx.Node], name: str | None, fmt: object) 
         return None
     trace = by_name[name].meta.get("stack_trace")
     return fmt(trace) if callable(fmt) else None
+
+
+def _size_symbolic_clones(graph: torch.fx.Graph, report: Report) -> None:
+    """Gives each clone of symbolic size its bytes as an expression of the
+    graph's symbols and that expression at the traced sizes, read off the
+    auto_functionalized node's argument (still in the graph: this runs
+    before the plan is applied). The engine sees only static sizes."""
+    from dataclasses import replace
+
+    todo = [i for i, d in enumerate(report.decisions) if any(c.bytes is None for c in d.clones)]
+    if not todo:
+        return
+    by_name = {n.name: n for n in graph.nodes}
+    for i in todo:
+        d = report.decisions[i]
+        af = by_name.get(d.node)
+        if af is None:
+            continue
+        clones = []
+        for c in d.clones:
+            if c.bytes is None:
+                expr, at = _symbolic_bytes(_slot_value(af, c.arg))
+                c = replace(c, bytes_expr=expr, bytes_at_trace=at)
+            clones.append(c)
+        report.decisions[i] = replace(d, clones=clones)
+
+
+def _slot_value(af: torch.fx.Node, label: str) -> Any:
+    """The fake value of slot ``label`` (``x``, ``xs[1]``, ``_all_bases[0]``) of ``af``."""
+    name, _, rest = label.partition("[")
+    arg = af.kwargs.get(name)
+    if rest:
+        try:
+            arg = arg[int(rest.rstrip("]"))]  # type: ignore[index]
+        except (TypeError, ValueError, IndexError):
+            return None
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+
+
+def _symbolic_bytes(val: Any) -> tuple[str | None, int | None]:
+    if not isinstance(val, torch.Tensor):
+        return None, None
+    try:
+        nbytes = val.numel() * val.element_size()
+        if isinstance(nbytes, int):
+            return str(nbytes), nbytes
+        node = nbytes.node
+        hint = node.hint if node.hint is not None else None
+        return str(node.expr), int(hint) if hint is not None else None
+    except Exception:  # no size rather than a wrong one
+        return None, None

@@ -15,7 +15,14 @@ class CloneNote:
     reason: str
     reader: str | None = None
     reader_source: str | None = None
+    #: Bytes copied, where the shape is static (the engine knows it).
     bytes: int | None = None
+    #: Where it is symbolic: the bytes as an expression of the graph's
+    #: symbols (``"256*s0"``), and that expression at the sizes the graph
+    #: was traced with (its shape environment's hints). Filled by the pass
+    #: from the live graph; ``None`` on saved graphs.
+    bytes_expr: str | None = None
+    bytes_at_trace: int | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,45 @@ class Report:
         """Bytes copied by the clones kept, where shapes are static."""
         return sum(c.bytes or 0 for c in self.clones)
 
+    @property
+    def scatters_removed(self) -> int:
+        """Write-back scatters removed (``explain`` lists them per node)."""
+        return sum(d.scatters_removed for d in self.decisions)
+
+    @property
+    def writebacks_removed_in_all(self) -> int:
+        """Every write-back removed: the scatters into written buffers and
+        the ``copy_`` write-backs of graph inputs."""
+        return self.scatters_removed + self.writebacks_removed
+
+    def clone_sizes(self) -> str:
+        """The bytes the clones copy, in words: the static total, and each
+        symbolic size as its expression with its value at the traced sizes
+        (never a symbolic clone counted as 0 bytes)."""
+        symbolic = [c for c in self.clones if c.bytes is None]
+        if not symbolic:
+            return f"{self.bytes_copied} bytes"
+        parts = [f"{self.bytes_copied} bytes"] if self.bytes_copied else []
+        parts += [f"{c.bytes_expr} bytes" for c in symbolic if c.bytes_expr]
+        unknown = sum(1 for c in symbolic if not c.bytes_expr)
+        if unknown:
+            parts.append(f"{unknown} of symbolic size")
+        text = " + ".join(parts)
+        at_trace = [c.bytes_at_trace for c in symbolic if c.bytes_at_trace is not None]
+        if len(at_trace) == len(symbolic):
+            text += f", {self.bytes_copied + sum(at_trace)} bytes at the traced sizes"
+        return text
+        exprs = [c.bytes_expr for c in symbolic if c.bytes_expr]
+        unknown = len(symbolic) - len(exprs)
+        at_trace = [c.bytes_at_trace for c in symbolic if c.bytes_at_trace is not None]
+        if exprs:
+            text += " + " + " + ".join(exprs)
+            if len(at_trace) == len(exprs):
+                text += f" (= {self.bytes_copied + sum(at_trace)} bytes at the traced sizes)"
+        if unknown:
+            text += f" + {unknown} of symbolic size"
+        return text
+
     def per_op(self) -> list[dict[str, Any]]:
         """Per-operator totals, in order of first appearance."""
         out: dict[str, dict[str, Any]] = {}
@@ -140,9 +186,10 @@ class Report:
             return f"fxrewrite: graph left untouched ({self.error})"
         return (
             f"fxrewrite: {self.found} auto_functionalized nodes: {self.reinplaced} re-inplaced, "
-            f"{self.cloned} with clones ({len(self.clones)} clones, {self.bytes_copied} bytes), "
+            f"{self.cloned} with clones ({len(self.clones)} clones, {self.clone_sizes()}), "
             f"{len(self.left)} left, {self.moved} readers moved, "
-            f"{self.writebacks_removed} write-backs removed, {self.realized} nodes realized where they stand"
+            f"{self.writebacks_removed_in_all} write-backs removed ({self.scatters_removed} scatters, "
+            f"{self.writebacks_removed} input copy_), {self.realized} nodes realized where they stand"
         )
 
     def to_dict(self) -> dict[str, Any]:
