@@ -181,6 +181,13 @@ def test_html_on_a_large_graph_shows_regions_not_the_graph(tmp_path):
     assert any(d["moved"] or d["clones"] or d["scatters_removed"] for d in decisions)
     size = out.stat().st_size
     assert size < 16_000 * rewritten + 100_000, (size, rewritten)
+    # Usable at that size: a filter box, and all but the first regions' drawings folded.
+    text = out.read_text(encoding="utf-8")
+    assert '<input type="search" id="filter"' in text
+    from fxrewrite.htmlview import OPEN_REGIONS
+
+    assert text.count("<details open>") == OPEN_REGIONS
+    assert text.count("<details>") == rewritten - OPEN_REGIONS
 
 
 def _browser() -> str | None:

@@ -27,9 +27,13 @@ from .svgdraw import Arrow, Box, draw
 #: The value tag of a callable in the IR tuples (``rust/ir/wire.rs``).
 _T_TARGET = _core.WIRE_CODES["value_tag"]["target"]
 
-__all__ = ["MAX_REGION_NODES", "DrawError", "render_html"]
+__all__ = ["MAX_REGION_NODES", "OPEN_REGIONS", "DrawError", "render_html"]
 
 MAX_REGION_NODES = 40
+#: Regions whose drawings are open when the page loads; the others are
+#: folded (one click, or the filter box, opens them), so a page of thousands
+#: of regions stays light to scroll.
+OPEN_REGIONS = 20
 _DOWNSTREAM = 3  # readers of each result shown before the rewrite
 
 
@@ -326,6 +330,23 @@ code{background:#f3f3f3;padding:0 3px} .legend span{padding:0 6px;margin-right:4
 .note{color:#666;font-size:.9em}
 """
 
+# Filters the index and the regions by node or operator name as one types.
+# Inline: the page loads nothing.
+_FILTER = (
+    '<p><input type="search" id="filter" size="40" placeholder="filter regions by node or operator">'
+    ' <span id="shown"></span></p><script>'
+    "const f=document.getElementById('filter'),shown=document.getElementById('shown');"
+    "f.addEventListener('input',()=>{const q=f.value.toLowerCase();let n=0;"
+    "for(const s of document.querySelectorAll('section.region')){"
+    "const hit=!q||(s.dataset.node+' '+s.dataset.op).toLowerCase().includes(q);"
+    "s.hidden=!hit;if(hit){n++;if(q)s.querySelector('details').open=true;}}"
+    "for(const a of document.querySelectorAll('table.index a')){"
+    "a.hidden=!!q&&!a.textContent.toLowerCase().includes(q)&&"
+    "!a.closest('tr').cells[0].textContent.toLowerCase().includes(q);}"
+    "shown.textContent=q?n+' regions match':'';});"
+    "</script>"
+)
+
 _LEGEND = (
     '<p class="legend"><span style="background:#f6c1c1">auto_functionalized call</span>'
     '<span style="background:#b9e6b9">in-place call</span><span style="background:#fff3a0">clone</span>'
@@ -404,6 +425,7 @@ def render_html(g: _core.Graph, *, title: str, node: str | None = None) -> str:
         f"<p>{len(before.names)} nodes before, {len(after.names)} after; {len(regs)} rewritten regions "
         f"shown (at most {MAX_REGION_NODES} nodes a side).</p>",
         _LEGEND,
+        _FILTER if len(regs) > 1 else "",
     ]
     groups: dict[tuple[str, str], list[Region]] = {}
     for r in regs:
@@ -423,15 +445,17 @@ def render_html(g: _core.Graph, *, title: str, node: str | None = None) -> str:
     for k, r in enumerate(regs):
         d = r.decision
         parts.append(
-            f'<section class="region" id="{_anchor(d.node)}" data-node="{e(d.node)}" data-action="{e(d.action)}">'
+            f'<section class="region" id="{_anchor(d.node)}" data-node="{e(d.node)}" data-op="{e(d.op)}" '
+            f'data-action="{e(d.action)}">'
             f"<h2>{e(d.node)}</h2>"
         )
         parts += list(_decision_html(d))
         if r.truncated:
             parts.append(f'<p class="note">region cut at {MAX_REGION_NODES} nodes a side</p>')
         parts.append(
+            f"<details{' open' if k < OPEN_REGIONS else ''}><summary>drawings</summary>"
             f'<div class="sides"><div class="side before"><h3>before</h3>{svgs[2 * k]}</div>'
-            f'<div class="side after"><h3>after</h3>{svgs[2 * k + 1]}</div></div></section>'
+            f'<div class="side after"><h3>after</h3>{svgs[2 * k + 1]}</div></div></details></section>'
         )
     parts.append("</body></html>\n")
     return "\n".join(parts)
