@@ -210,6 +210,7 @@ def _screenshot(browser: str, page: Path, out: Path) -> dict[tuple[int, int, int
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--hide-scrollbars",
             "--window-size=1400,2400",
             f"--screenshot={out}",
