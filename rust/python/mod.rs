@@ -237,7 +237,7 @@ fn engine_fingerprint() -> String {
     format!(
         "{}:{}",
         crate::ENGINE_VERSION,
-        crate::forms::form_names().join(",")
+        crate::forms::rule_names().join(",")
     )
 }
 
