@@ -457,11 +457,8 @@ impl<'g> Context<'g> {
     }
 
     fn plan_af(&mut self, id: NodeId) {
-        let form = if self.graph.target_of(id).kind == TargetKind::AutoFunctionalized {
-            Form::V1
-        } else {
-            Form::V2
-        };
+        // `Role::AutoFunctionalized` is given to nodes of either form only.
+        let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
         let op_name = match self.graph.node(id).args.first() {
             Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),
