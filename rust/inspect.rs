@@ -4,15 +4,16 @@
 use serde::Serialize;
 
 use crate::analysis::alias::{classify, Role};
-use crate::ir::{Graph, OpCode, TargetKind, Value};
+use crate::forms::Form;
+use crate::ir::{Graph, OpCode, Value};
 
 /// auto_functionalized nodes of one operator in one form.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AfCount {
     /// The mutating operator.
     pub op: String,
-    /// `v1` or `v2`.
-    pub form: &'static str,
+    /// The form (`"v1"` or `"v2"` in JSON).
+    pub form: Form,
     /// How many nodes.
     pub count: usize,
 }
@@ -40,9 +41,8 @@ pub fn inspect(graph: &Graph) -> Inspection {
     let mut mutated_inputs: Vec<String> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         let target = &graph.targets[node.target.idx()];
-        let form = match target.kind {
-            TargetKind::AutoFunctionalized if node.op == OpCode::CallFunction => "v1",
-            TargetKind::AutoFunctionalizedV2 if node.op == OpCode::CallFunction => "v2",
+        let form = match Form::of_kind(target.kind) {
+            Some(form) if node.op == OpCode::CallFunction => form,
             _ => {
                 if let Role::InputWriteBack { dst, .. } = roles[i] {
                     let name = &graph.node(dst).name;

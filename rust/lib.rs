@@ -5,7 +5,7 @@
 //!
 //! Pipeline: a graph arrives as the compact IR ([`ir::Graph`], from the Python
 //! encoder or a `.fxir` file), is validated ([`ir::validate`]), analysed
-//! ([`analysis`]), and parsed by the registered [`forms`] and planned inside one forward
+//! ([`analysis`]), and parsed by the registered rules ([`forms`]) and planned inside one forward
 //! walk ([`engine`]). The result is a [`Plan`]: ordered edits plus a [`Report`]
 //! that explains every decision. The caller applies the edits, all or nothing.
 //!
@@ -35,7 +35,7 @@ mod python;
 
 pub use engine::{plan, plan_with, PlanOptions};
 pub use error::{Error, Result};
-pub use forms::form_names;
+pub use forms::{rule_names, Form};
 pub use ir::{Graph, NodeId};
 pub use plan::{Action, Edit, Plan, Report};
 

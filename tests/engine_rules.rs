@@ -51,7 +51,7 @@ use common::random;
 use fxrewrite::ir::{Graph, Node, NodeId, OpCode, TargetId, TargetKind, TensorMeta, Value};
 use fxrewrite::plan::LeftCause;
 use fxrewrite::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
-use fxrewrite::{plan, plan_with, Action, Edit, Error, Plan, PlanOptions};
+use fxrewrite::{plan, plan_with, Action, Edit, Error, Form, Plan, PlanOptions};
 
 // ----- 1-4: v2 basics ----------------------------------------------------------
 
@@ -68,7 +68,7 @@ fn v2_write_into_empty_buffer_is_reinplaced() {
     assert_eq!(actions(&p), [Action::Reinplaced]);
     let d = &p.report.decisions[0];
     assert_eq!(d.rule, "reinplace_v2");
-    assert_eq!(d.form, "v2");
+    assert_eq!(d.form, Form::V2);
     assert_eq!(d.op, "mylib::rms.default");
     assert!(d.clones.is_empty() && d.moved.is_empty());
     assert_eq!(replaced_with(&p, g1), Some(ValueRef::Old(buf)));
@@ -417,7 +417,7 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced], "{:#?}", p.report);
     let d = &p.report.decisions[0];
-    assert_eq!((d.form, d.rule), ("v1", "reinplace_v1"));
+    assert_eq!((d.form, d.rule), (Form::V1, "reinplace_v1"));
     assert_eq!(d.scatters_removed, 2);
     assert!(d.clones.is_empty());
     assert_eq!(replaced_with(&p, s2), Some(ValueRef::Old(mm)));

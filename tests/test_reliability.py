@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import fxrewrite
 import fxrewrite.fx_meta as fx_meta
 from conftest import Capture
 from fxrewrite.encode import is_auto_functionalized
+from fxrewrite.fxir import read_native
 
 
 def _post_grad_graph(fn, *inputs, v2=True) -> torch.fx.GraphModule:
@@ -83,6 +85,8 @@ def test_unknown_auto_functionalized_argument_is_left_and_reported(caplog):
         fxrewrite.rewrite(copy.deepcopy(gm.graph), strict=True)
     assert err.value.kind == "unsupported"
     assert f"cannot rewrite {af.name} (fxr_test::" in str(err.value)
+    assert (err.value.node, err.value.offset) == (af.name, None)
+    assert err.value.op is not None and err.value.op.startswith("fxr_test::")
 
 
 _HOOKS = ("compute", "eager_input_vals")
@@ -300,3 +304,36 @@ def test_every_error_carries_a_stable_kind(tmp_path):
     assert py_err.value.kind == "decode"
     assert fxrewrite.FxrewriteError("x").kind == "error"
     assert fxrewrite.InternalError("x").kind == "internal"
+
+
+FIXTURES = Path(__file__).parent / "data"
+
+
+def test_errors_cross_as_one_class_per_kind_with_their_fields():
+    # Decoding: a DecodeError (a FileFormatError) at a byte offset.
+    with pytest.raises(fxrewrite.DecodeError) as decode:
+        fxrewrite._core.Graph.read(b"not an fxir file")
+    assert isinstance(decode.value, fxrewrite.FileFormatError)
+    assert (decode.value.kind, decode.value.node, decode.value.op, decode.value.offset) == (
+        "decode",
+        None,
+        None,
+        0,
+    )
+    # Another format version: a VersionError, also a FileFormatError.
+    header = b"\x89FXIR\r\n\x1a" + (2).to_bytes(4, "little") + bytes(24)
+    with pytest.raises(fxrewrite.FileFormatError) as version:
+        fxrewrite._core.Graph.read(header)
+    assert type(version.value) is fxrewrite.VersionError
+    assert (version.value.kind, version.value.offset) == ("version", None)
+    # An invalid graph: the offending node's index.
+    targets, nodes = read_native(FIXTURES / "cli_model_v1.fxir").to_parts()
+    nodes = list(nodes)
+    nodes[3] = (*nodes[3][:2], len(targets) + 7, *nodes[3][3:])
+    with pytest.raises(fxrewrite.InvalidGraphError) as invalid:
+        fxrewrite._core.Graph.from_parts(targets, nodes)
+    assert (invalid.value.kind, invalid.value.node, invalid.value.op) == ("invalid_graph", 3, None)
+    # Raised from Python: the class's kind, no fields.
+    err = fxrewrite.FxrewriteError("x")
+    assert (err.node, err.op, err.offset) == (None, None, None)
+    assert fxrewrite.VersionError("x").kind == "version"

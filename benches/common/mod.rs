@@ -54,29 +54,9 @@ use fxrewrite::plan::Action;
 
 use builder::Builder;
 
-/// Which functionalization form the auto_functionalized nodes use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Form {
-    /// `torch.ops.higher_order.auto_functionalized` (vLLM-style engines,
-    /// `enable_auto_functionalized_v2=False`).
-    V1,
-    /// `torch.ops.higher_order.auto_functionalized_v2` (torch's default).
-    V2,
-}
-
-impl Form {
-    /// Both forms, V1 first.
-    pub const ALL: [Form; 2] = [Form::V1, Form::V2];
-
-    /// `v1` / `v2`, for bench ids.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Form::V1 => "v1",
-            Form::V2 => "v2",
-        }
-    }
-}
+/// Which form the auto_functionalized nodes use: V1 as vLLM-style engines
+/// compile (`enable_auto_functionalized_v2=False`), V2 torch's default.
+pub use fxrewrite::Form;
 
 /// Shape parameters of the generated model.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,7 +211,7 @@ impl Case {
     /// The bench id parameter: `v1/1000`.
     #[must_use]
     pub fn id(&self) -> String {
-        format!("{}/{}", self.form.label(), self.target)
+        format!("{}/{}", self.form.as_str(), self.target)
     }
 }
 

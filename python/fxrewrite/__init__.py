@@ -24,11 +24,13 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ._core import (
+    DecodeError,
     FileFormatError,
     FxrewriteError,
     InternalError,
     InvalidGraphError,
     UnsupportedGraphError,
+    VersionError,
 )
 from .report import CloneNote, Decision, Report
 
@@ -62,6 +64,7 @@ __all__ = [
     "CloneNote",
     "ComposedPass",
     "Decision",
+    "DecodeError",
     "FileFormatError",
     "FxrewriteError",
     "Installation",
@@ -71,6 +74,7 @@ __all__ = [
     "PrePass",
     "Report",
     "UnsupportedGraphError",
+    "VersionError",
     "__version__",
     "compose",
     "install",

@@ -25,6 +25,7 @@ __all__ = [
     "ALIAS_GROUPS",
     "IR_ONLY_KWARGS",
     "WIRE_CODES",
+    "DecodeError",
     "FileFormatError",
     "FxrewriteError",
     "Graph",
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidGraphError",
     "Plan",
     "UnsupportedGraphError",
+    "VersionError",
     "engine_fingerprint",
     "inserted_op_schemas",
 ]
@@ -39,25 +41,53 @@ __all__ = [
 class FxrewriteError(Exception):
     """Base class of every error fxrewrite raises.
 
-    Every one carries ``kind``, a stable name: raised from Rust, the engine
-    error's (``invalid_graph``, ``decode``, ``version``, ``unsupported``,
-    ``internal``); raised from Python, its class's (``"error"`` for this base
-    class, ``"decode"`` for ``FileFormatError``, ...).
+    An error from the engine is an instance of its kind's class (one per
+    ``kind``: ``InvalidGraphError``, ``DecodeError``, ``VersionError``,
+    ``UnsupportedGraphError``, ``InternalError``); branch on the class or on
+    the attributes, not on the message.
     """
 
+    #: A stable name: the class's (``"invalid_graph"``, ``"decode"``,
+    #: ``"version"``, ``"unsupported"``, ``"internal"``; ``"error"`` for this
+    #: base class, ``"decode"`` for ``FileFormatError`` raised from Python).
     kind: str
+    #: The node concerned, when one is: its index in the graph (``int``, for
+    #: ``InvalidGraphError`` and ``InternalError``) or its name (``str``, for
+    #: ``UnsupportedGraphError``); ``None`` otherwise.
+    node: int | str | None
+    #: The mutating operator concerned (``UnsupportedGraphError``), else ``None``.
+    op: str | None
+    #: The byte offset where reading a ``.fxir`` file failed (``DecodeError``), else ``None``.
+    offset: int | None
 
 class InvalidGraphError(FxrewriteError):
-    """The graph breaks an invariant of the IR."""
+    """The graph breaks an invariant of the IR (``kind`` ``"invalid_graph"``;
+    ``node``: the offending node's index, when the problem is local to one)."""
+
+    node: int | None
 
 class FileFormatError(FxrewriteError):
-    """A .fxir file is truncated, corrupt, hostile or of another format version."""
+    """A .fxir file is truncated, corrupt, hostile or of another format version
+    (raised from Python for a torch.export archive that cannot be read)."""
+
+class DecodeError(FileFormatError):
+    """A .fxir file is truncated, corrupt or hostile (``kind`` ``"decode"``;
+    ``offset``: the byte where decoding failed)."""
+
+class VersionError(FileFormatError):
+    """A .fxir file of a format version this build does not read (``kind`` ``"version"``)."""
 
 class UnsupportedGraphError(FxrewriteError):
-    """Strict mode: a node could not be rewritten."""
+    """Strict mode: a node could not be rewritten (``kind`` ``"unsupported"``;
+    ``node``: its name; ``op``: its mutating operator)."""
+
+    node: str | None
 
 class InternalError(FxrewriteError):
-    """A bug in fxrewrite; the graph was left untouched."""
+    """A bug in fxrewrite; the graph was left untouched (``kind`` ``"internal"``;
+    ``node``: the index of the node whose rewrite failed, when one did)."""
+
+    node: int | None
 
 @final
 class Plan:
@@ -70,7 +100,8 @@ class Plan:
         """Strict mode: raises if the plan leaves a node alone.
 
         Raises:
-            UnsupportedGraphError: naming the first node left and why (``kind`` ``"unsupported"``).
+            UnsupportedGraphError: naming the first node left and why (``kind``
+                ``"unsupported"``; ``node``: its name; ``op``: its operator).
         """
 
     def edits_json(self) -> str:
@@ -118,7 +149,8 @@ class Graph:
         """Reads the bytes of a ``.fxir`` file (GIL released while decoding).
 
         Raises:
-            FileFormatError: truncated, corrupt, hostile or of another format version.
+            DecodeError: truncated, corrupt or hostile (a ``FileFormatError``).
+            VersionError: of another format version (a ``FileFormatError``).
             InvalidGraphError: well-formed bytes describing an invalid graph.
         """
 

@@ -631,7 +631,7 @@ impl Context<'_> {
         self.report.decisions.push(NodeReport {
             node: node.name.clone(),
             op: self.graph.targets[call.op.idx()].name.clone(),
-            form: "v2",
+            form: Form::V2,
             rule,
             action: Action::Reinplaced,
             moved: vec![],

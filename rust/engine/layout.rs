@@ -20,16 +20,33 @@ pub(super) enum CloneLayout {
     Symbolic { rank: u32, offset: i64 },
 }
 
+/// Why [`clone_layout`] gives no layout for a node; its `Display` is the
+/// reason reports give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NoLayout {
+    /// The node has no tensor metadata.
+    NoMetadata,
+    /// Its storage offset is symbolic (or, for [`Context::clone_source`],
+    /// not its own to read): a view may still be cloned through its source.
+    SymbolicOffset,
+}
+
+impl std::fmt::Display for NoLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NoLayout::NoMetadata => "the graph carries no tensor metadata for it",
+            NoLayout::SymbolicOffset => SYMBOLIC_OFFSET,
+        })
+    }
+}
+
 /// How a clone of `n` gets its exact layout, or why it cannot.
-pub(super) fn clone_layout(
-    graph: &Graph,
-    n: NodeId,
-) -> std::result::Result<CloneLayout, &'static str> {
+pub(super) fn clone_layout(graph: &Graph, n: NodeId) -> std::result::Result<CloneLayout, NoLayout> {
     let Some(m) = graph.node(n).meta.as_ref() else {
-        return Err("the graph carries no tensor metadata for it");
+        return Err(NoLayout::NoMetadata);
     };
     let Some(offset) = m.storage_offset else {
-        return Err(SYMBOLIC_OFFSET);
+        return Err(NoLayout::SymbolicOffset);
     };
     Ok(match (&m.shape, &m.stride) {
         (Some(size), Some(stride)) => CloneLayout::Static {
@@ -44,8 +61,9 @@ pub(super) fn clone_layout(
     })
 }
 
-/// Error of [`clone_layout`] for a view whose storage offset is symbolic.
-pub(super) const SYMBOLIC_OFFSET: &str = "its storage offset is symbolic";
+/// The reason [`NoLayout::SymbolicOffset`] gives, which the reasons of
+/// [`Context::clone_source`] for such a view begin with.
+const SYMBOLIC_OFFSET: &str = "its storage offset is symbolic";
 
 /// View operators a clone replays on a copy of its view's source, by name.
 /// Every one takes its source as argument 0 and computes the view's layout
@@ -120,7 +138,7 @@ impl Context<'_> {
             // replaced value's layout, not from the memory it now views:
             // it is cut again from its source, whose layout is known.
             let layout = if self.holds_a_list(cur) || self.views_a_stand_in(cur) {
-                Err(SYMBOLIC_OFFSET)
+                Err(NoLayout::SymbolicOffset)
             } else {
                 clone_layout(self.graph, self.layout_source(cur))
             };
@@ -133,8 +151,8 @@ impl Context<'_> {
                         chain,
                     });
                 }
-                Err(why) if why == SYMBOLIC_OFFSET => {}
-                Err(why) if chain.is_empty() => return Err(why.into()),
+                Err(NoLayout::SymbolicOffset) => {}
+                Err(why) if chain.is_empty() => return Err(why.to_string()),
                 Err(why) => {
                     return Err(format!(
                         "{SYMBOLIC_OFFSET} and its view source `{}` cannot be cloned: {why}",

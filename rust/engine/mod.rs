@@ -1,5 +1,6 @@
-//! The engine: one forward walk over an analysed graph that asks the
-//! registered rules to plan every auto_functionalized node, and keeps the
+//! The engine: one forward walk over an analysed graph that reads every
+//! auto_functionalized node with the registered rules (`crate::forms`),
+//! plans the call the rule parsed, and keeps the
 //! memory model of the *rewritten* program up to date as it goes.
 //!
 //! The model: every node's value lives in a storage class (union-find over
@@ -29,7 +30,7 @@ use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
 use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer, WrittenArg};
-use crate::forms::FormCall;
+use crate::forms::{Form, FormCall};
 use crate::ir::validate::validate;
 use crate::ir::{Graph, NodeId, OpCode, TargetKind};
 use crate::plan::{
@@ -208,7 +209,8 @@ pub struct Context<'g> {
 ///
 /// # Errors
 /// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant. Nodes
-/// the rules cannot handle are not errors: they are reported as left alone.
+/// that no rule reads, or that the engine cannot rewrite, are not errors:
+/// they are reported as left alone.
 pub fn plan(graph: &Graph) -> Result<Plan> {
     plan_with(graph, PlanOptions::default())
 }
@@ -455,11 +457,8 @@ impl<'g> Context<'g> {
     }
 
     fn plan_af(&mut self, id: NodeId) {
-        let form = if self.graph.target_of(id).kind == TargetKind::AutoFunctionalized {
-            "v1"
-        } else {
-            "v2"
-        };
+        // `Role::AutoFunctionalized` is given to nodes of either form only.
+        let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
         let op_name = match self.graph.node(id).args.first() {
             Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),
@@ -472,8 +471,7 @@ impl<'g> Context<'g> {
                 )),
             ),
             Some((name, Ok(FormCall::Mutation(call)))) => {
-                let v1 = call.form == "v1";
-                (name, self.rewrite_mutation(&call, name, v1))
+                (name, self.rewrite_mutation(&call, name))
             }
             Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
             Some((name, Err(reason))) => (name, Outcome::Left(reason)),
@@ -581,7 +579,7 @@ mod tests {
         assert_eq!(d.action, Action::Left);
         assert_eq!(
             (d.node.as_str(), d.rule, d.form),
-            ("af", "reinplace_v2", "v2")
+            ("af", "reinplace_v2", Form::V2)
         );
         assert_eq!(d.op, "m::scale_.default");
         assert!(d.reason.as_deref().unwrap().contains("newer torch"));

@@ -5,12 +5,7 @@ use super::*;
 
 impl Context<'_> {
     /// Plans a generic mutating call (v1 or v2): the shared safety analysis.
-    pub fn rewrite_mutation(
-        &mut self,
-        call: &MutationCall,
-        rule: &'static str,
-        v1: bool,
-    ) -> Outcome {
+    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Outcome {
         let af = call.node;
         if let Err(reason) = self.check_users(call) {
             return Outcome::Left(reason);
@@ -27,7 +22,7 @@ impl Context<'_> {
                     .and_then(crate::ir::TensorMeta::nbytes)
             })
             .collect();
-        let sharing = match self.sharing(call, v1) {
+        let sharing = match self.sharing(call) {
             Ok(s) => s,
             Err(reason) => return Outcome::Unattributed(reason),
         };
@@ -103,10 +98,11 @@ impl Context<'_> {
                 }
                 continue;
             }
-            let (chain, mut links) = match v1.then(|| self.scatter_chain(call, &accepted, root)) {
-                Some(Some((chain, links))) => (Some(chain), links),
-                _ => (None, LinkUndo::default()),
-            };
+            let (chain, mut links) =
+                match (call.form == Form::V1).then(|| self.scatter_chain(call, &accepted, root)) {
+                    Some(Some((chain, links))) => (Some(chain), links),
+                    _ => (None, LinkUndo::default()),
+                };
             if let Some((x, c_pos)) = cut {
                 // The write-back overwrites the input with the final value. A
                 // value this call leaves in the input's memory (a result, or

@@ -19,7 +19,7 @@ impl Context<'_> {
     /// call, and the call then carries a dependency on it (the scheduler's
     /// write-after-read edge), which no fusion or reordering may break.
     ///
-    /// The rule covers moved readers and readers that were already before
+    /// This holds for moved readers and readers that were already before
     /// the call alike. Readers are taken through views (a view is not
     /// computed; its readers are). Realizing a node that Inductor computes
     /// in a buffer anyway (an extern kernel, a graph output) costs nothing.

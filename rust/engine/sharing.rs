@@ -76,20 +76,16 @@ not; pytorch#198031), and the pre pass recorded nothing for this call; left to I
 impl Context<'_> {
     /// The sharing of `call`'s slots, or why the call must be left: its
     /// slots share memory and no record attributes the sharing.
-    pub(super) fn sharing(
-        &mut self,
-        call: &MutationCall,
-        v1: bool,
-    ) -> std::result::Result<Sharing, String> {
+    pub(super) fn sharing(&mut self, call: &MutationCall) -> std::result::Result<Sharing, String> {
         let nb = call.buffers.len();
-        let pairs = self.sharing_pairs(call, v1);
+        let pairs = self.sharing_pairs(call);
         if pairs.is_empty() {
             return Ok(Sharing::none(nb));
         }
         // A v2 buffer is a base: it is named by the written arguments cut
         // from it, as the user wrote them.
         let label = |s: Slot| match s {
-            Slot::Buffer(b) if !v1 => {
+            Slot::Buffer(b) if call.form == Form::V2 => {
                 let names: Vec<&str> = call
                     .written
                     .iter()
@@ -113,12 +109,12 @@ impl Context<'_> {
                 label(b)
             ));
         };
-        self.check_record(call, v1, groups)?;
+        self.check_record(call, groups)?;
         let group_of_label = |l: &str| groups.iter().position(|g| g.iter().any(|s| s == l));
         let group = |s: Slot| -> std::result::Result<usize, String> {
             let labels: Vec<String> = match s {
                 // A v2 buffer is a base: the written arguments cut from it.
-                Slot::Buffer(b) if !v1 => call
+                Slot::Buffer(b) if call.form == Form::V2 => call
                     .written
                     .iter()
                     .filter(|w| w.buffer == b)
@@ -209,20 +205,19 @@ impl Context<'_> {
     fn check_record(
         &mut self,
         call: &MutationCall,
-        v1: bool,
         groups: &[Vec<String>],
     ) -> std::result::Result<(), String> {
         let arrival = self
             .arrival
             .get_or_insert_with(|| arrival_storages(self.graph, &self.roles));
         let node_of = |l: &str| -> Option<NodeId> {
-            let written = if v1 {
-                call.buffers.iter().find(|b| b.label == l).map(|b| b.node)
-            } else {
-                call.written
+            let written = match call.form {
+                Form::V1 => call.buffers.iter().find(|b| b.label == l).map(|b| b.node),
+                Form::V2 => call
+                    .written
                     .iter()
                     .find(|w| w.label == l)
-                    .map(|w| call.buffers[w.buffer].node)
+                    .map(|w| call.buffers[w.buffer].node),
             };
             written.or_else(|| {
                 call.read_nodes
@@ -258,7 +253,7 @@ impl Context<'_> {
     /// unless their geometries are provably disjoint). The written
     /// arguments of one v2 base are one buffer: they shared their base in
     /// the program too, since functionalization made it from eager's tensors.
-    fn sharing_pairs(&mut self, call: &MutationCall, v1: bool) -> Vec<(Slot, Slot)> {
+    fn sharing_pairs(&mut self, call: &MutationCall) -> Vec<(Slot, Slot)> {
         let nb = call.buffers.len();
         let roots: Vec<usize> = call.buffers.iter().map(|b| self.find(b.node)).collect();
         let mut pairs = Vec::new();
@@ -270,7 +265,7 @@ impl Context<'_> {
             }
             for o in 0..b {
                 if roots[o] == roots[b]
-                    && (!v1
+                    && (call.form == Form::V2
                         || !self
                             .geometry(call.buffers[o].node)
                             .provably_disjoint(&self.geometry(call.buffers[b].node)))

@@ -164,7 +164,7 @@ impl Context<'_> {
     /// `_all_bases` and a written view given by storage offset.
     fn v2_cuts_by_offset_from(&self, af: NodeId, base: NodeId) -> bool {
         let node = self.graph.node(af);
-        if self.graph.target_of(af).kind != TargetKind::AutoFunctionalizedV2 {
+        if Form::of_kind(self.graph.target_of(af).kind) != Some(Form::V2) {
             return false;
         }
         let is_base = matches!(

@@ -1,5 +1,5 @@
 //! The form-independent descriptions of an auto_functionalized node that the
-//! forms parse a node into, and that the engine plans from.
+//! rules parse a node into, and that the engine plans from.
 
 use crate::ir::{Graph, NodeId, OpSchema, TargetId, TargetKind, Value};
 
@@ -74,8 +74,8 @@ pub struct MutationCall {
     pub node: NodeId,
     /// The mutating operator.
     pub op: TargetId,
-    /// `v1` or `v2`.
-    pub form: &'static str,
+    /// The node's form.
+    pub form: super::Form,
     /// Buffers written.
     pub buffers: Vec<Buffer>,
     /// Written arguments.
@@ -116,7 +116,7 @@ pub struct OutCall {
     pub n_returns: usize,
 }
 
-/// What a form parses a node into.
+/// What a rule parses a node into.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FormCall {
     /// A mutating call (v1 or v2): the shared safety analysis plans it.

@@ -1,34 +1,90 @@
-//! The forms an auto_functionalized node comes in, one parser per file, all
-//! registered in [`registry`].
+//! The rules that read auto_functionalized nodes, one per file, all
+//! registered in [`registry`], and the [`Form`] of a node.
 //!
-//! A form is a value with a stable name (it appears in reports and in the
-//! cache key) and a parser: a pure function from a node to a typed call
-//! description ([`FormCall`]), or the reason the node cannot be read. A
-//! parser answers `None` for a node of another form, so exactly one form
-//! claims any node whatever the registry's order. Forms know nothing of the
-//! engine: the engine plans what they parse. Adding a form touches its own
-//! file and the list below, nothing else.
+//! Two words, one meaning each, in code, reports and docs:
+//! - A node's **form** is which higher-order operator it is:
+//!   [`Form::V1`] (`auto_functionalized`) or [`Form::V2`]
+//!   (`auto_functionalized_v2`), each with its own encoding of the call.
+//!   Reports name it in their `form` field (`"v1"`, `"v2"`).
+//! - A **rule** is a value with a stable name (`reinplace_v1`,
+//!   `reinplace_v2`, `out_buffers_v2`; it appears in reports' `rule` field
+//!   and in the cache key) and a parser: a pure function from a node to a
+//!   typed call description ([`FormCall`]), or the reason the node cannot be
+//!   read. One form may be read by several rules (v2 by `reinplace_v2` and
+//!   `out_buffers_v2`). A rule answers `None` for a node it does not read,
+//!   so exactly one rule claims any node whatever the registry's order.
+//!   Rules know nothing of the engine: the engine plans what they parse.
+//!   Adding a rule touches its own file and the list below, nothing else.
 
 pub mod call;
 pub mod out_buffers_v2;
 pub mod reinplace_v1;
 pub mod reinplace_v2;
 
-use crate::ir::{Graph, NodeId};
+use serde::Serialize;
+
+use crate::ir::{Graph, NodeId, TargetKind};
 pub use call::FormCall;
 
-/// One form of auto_functionalized node.
-pub trait Form: Sync {
+/// Which higher-order operator an auto_functionalized node is; serialized
+/// (reports) as [`Form::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Form {
+    /// `auto_functionalized`: the written arguments are passed as they are,
+    /// and a view written in place is put back into its base by a later
+    /// scatter (write-back) node.
+    #[serde(rename = "v1")]
+    V1,
+    /// `auto_functionalized_v2`: the written arguments are cut from bases
+    /// (`_all_bases`) by recorded view information; a buffer is a base.
+    #[serde(rename = "v2")]
+    V2,
+}
+
+impl Form {
+    /// Both forms, V1 first.
+    pub const ALL: [Form; 2] = [Form::V1, Form::V2];
+
+    /// The stable name reports use: `"v1"` or `"v2"`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Form::V1 => "v1",
+            Form::V2 => "v2",
+        }
+    }
+
+    /// The form of a node whose target is of `kind`, or `None` when it is
+    /// not an auto_functionalized node.
+    #[must_use]
+    pub fn of_kind(kind: TargetKind) -> Option<Form> {
+        match kind {
+            TargetKind::AutoFunctionalized => Some(Form::V1),
+            TargetKind::AutoFunctionalizedV2 => Some(Form::V2),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Form {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rule: a stable name and the parser of the nodes it reads.
+pub trait Rule: Sync {
     /// Stable name, used in reports.
     fn name(&self) -> &'static str;
-    /// `None` when `node` is not of this form; otherwise the parsed call, or
-    /// why it cannot be rewritten (the node is then left to Inductor).
+    /// `None` when this rule does not read `node`; otherwise the parsed
+    /// call, or why it cannot be rewritten (the node is then left to
+    /// Inductor).
     fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>>;
 }
 
-/// Every form.
+/// Every rule.
 #[must_use]
-pub fn registry() -> &'static [&'static dyn Form] {
+pub fn registry() -> &'static [&'static dyn Rule] {
     &[
         &out_buffers_v2::OutBuffersV2,
         &reinplace_v2::ReinplaceV2,
@@ -36,25 +92,25 @@ pub fn registry() -> &'static [&'static dyn Form] {
     ]
 }
 
-/// The names of all registered forms, for cache keys and `--help`.
+/// The names of all registered rules, for cache keys and `--help`.
 #[must_use]
-pub fn form_names() -> Vec<&'static str> {
+pub fn rule_names() -> Vec<&'static str> {
     registry().iter().map(|f| f.name()).collect()
 }
 
-/// The form that claims `node` and what it parsed, or `None` when no form
-/// does (not an auto_functionalized node of a known kind).
+/// The name of the rule that claims `node` and what it parsed, or `None`
+/// when no rule does (not an auto_functionalized node of a known kind).
 #[must_use]
 pub fn parse(graph: &Graph, node: NodeId) -> Option<(&'static str, Result<FormCall, String>)> {
     let mut found = registry()
         .iter()
         .filter_map(|f| f.parse(graph, node).map(|r| (f.name(), r)));
     let first = found.next();
-    debug_assert!(found.next().is_none(), "two forms claim one node");
+    debug_assert!(found.next().is_none(), "two rules claim one node");
     first
 }
 
-/// Small graphs for the forms' unit tests: `x = input`, then one
+/// Small graphs for the rules' unit tests: `x = input`, then one
 /// auto_functionalized node of a mutating operator.
 #[cfg(test)]
 pub(crate) mod test_graph {
@@ -145,7 +201,7 @@ mod tests {
     use crate::ir::{TargetKind, Value};
 
     #[test]
-    fn exactly_one_form_claims_each_kind_of_node() {
+    fn exactly_one_rule_claims_each_kind_of_node() {
         let v1 = af_graph(
             TargetKind::AutoFunctionalized,
             scale_op("m::scale_.default", OpTags::default()),
@@ -182,13 +238,33 @@ mod tests {
             parse(&v2_out.0, v2_out.1).map(|(n, _)| n),
             Some("out_buffers_v2")
         );
-        // An input is not an auto_functionalized node: no form claims it.
+        // An input is not an auto_functionalized node: no rule claims it.
         assert!(parse(&v1.0, crate::ir::NodeId(0)).is_none());
     }
 
     #[test]
+    fn a_form_is_written_as_its_stable_name() {
+        for form in Form::ALL {
+            let json = serde_json::to_string(&form).unwrap();
+            assert_eq!(json, format!("\"{}\"", form.as_str()));
+            assert_eq!(form.to_string(), form.as_str());
+        }
+        assert_eq!(Form::V1.as_str(), "v1");
+        assert_eq!(Form::V2.as_str(), "v2");
+        assert_eq!(
+            Form::of_kind(TargetKind::AutoFunctionalized),
+            Some(Form::V1)
+        );
+        assert_eq!(
+            Form::of_kind(TargetKind::AutoFunctionalizedV2),
+            Some(Form::V2)
+        );
+        assert_eq!(Form::of_kind(TargetKind::Operator), None);
+    }
+
+    #[test]
     fn names_are_stable_and_distinct() {
-        let names = form_names();
+        let names = rule_names();
         assert_eq!(names, ["out_buffers_v2", "reinplace_v2", "reinplace_v1"]);
     }
 }

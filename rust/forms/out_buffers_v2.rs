@@ -5,19 +5,19 @@
 //! them. A fresh buffer has no other reader, so no safety analysis is needed.
 
 use super::call::{is_ir_only_kwarg, mutable_op, OutCall};
-use super::{Form, FormCall};
-use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
+use super::{Form, FormCall, Rule};
+use crate::ir::{ArgType, Graph, NodeId, Value};
 
-/// The rule value.
+/// The rule (its name and parser).
 pub struct OutBuffersV2;
 
-impl Form for OutBuffersV2 {
+impl Rule for OutBuffersV2 {
     fn name(&self) -> &'static str {
         "out_buffers_v2"
     }
 
     fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
-        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+        let mine = Form::of_kind(graph.target_of(node).kind) == Some(Form::V2)
             && mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out);
         mine.then(|| parse(graph, node).map(FormCall::Out))
     }
@@ -80,6 +80,7 @@ mod tests {
     use super::super::test_graph::{af_graph, scale_op};
     use super::*;
     use crate::ir::schema::OpTags;
+    use crate::ir::TargetKind;
 
     fn out_tags() -> OpTags {
         OpTags {

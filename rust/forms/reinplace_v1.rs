@@ -9,19 +9,19 @@ use super::call::{
     alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
     Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
-use super::{Form, FormCall};
-use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
+use super::{Form, FormCall, Rule};
+use crate::ir::{ArgType, Graph, NodeId, Value};
 
-/// The rule value.
+/// The rule (its name and parser).
 pub struct ReinplaceV1;
 
-impl Form for ReinplaceV1 {
+impl Rule for ReinplaceV1 {
     fn name(&self) -> &'static str {
         "reinplace_v1"
     }
 
     fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
-        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalized;
+        let mine = Form::of_kind(graph.target_of(node).kind) == Some(Form::V1);
         mine.then(|| parse(graph, node).map(FormCall::Mutation))
     }
 }
@@ -133,7 +133,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     Ok(MutationCall {
         node,
         op,
-        form: "v1",
+        form: Form::V1,
         buffers,
         written,
         call_args,
@@ -150,6 +150,7 @@ mod tests {
     use super::*;
     use crate::forms::call::{ResultSlot, ALIAS_GROUPS, LEGACY_USER_ALIASED_READS};
     use crate::ir::schema::OpTags;
+    use crate::ir::TargetKind;
 
     fn node(kwargs: Vec<(&str, Value)>) -> (Graph, NodeId) {
         af_graph(
@@ -163,7 +164,7 @@ mod tests {
     fn a_written_argument_is_its_own_buffer_and_result() {
         let (g, af) = node(vec![("x", x()), ("s", Value::Float(2.0))]);
         let call = parse(&g, af).unwrap();
-        assert_eq!(call.form, "v1");
+        assert_eq!(call.form, Form::V1);
         assert_eq!(call.buffers.len(), 1);
         assert_eq!(call.buffers[0].node, NodeId(0));
         // No returns: slot 0 is the (None) return, slot 1 the new x.
@@ -210,6 +211,7 @@ mod message_tests {
     use super::super::test_graph::{af_graph, scale_op};
     use super::*;
     use crate::ir::schema::OpTags;
+    use crate::ir::TargetKind;
 
     #[test]
     fn unexpected_values_read_as_values_not_debug_output() {

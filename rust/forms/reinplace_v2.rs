@@ -7,19 +7,19 @@ use super::call::{
     alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
     Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
-use super::{Form, FormCall};
-use crate::ir::{ArgType, Graph, NodeId, TargetKind, Value};
+use super::{Form, FormCall, Rule};
+use crate::ir::{ArgType, Graph, NodeId, Value};
 
-/// The rule value.
+/// The rule (its name and parser).
 pub struct ReinplaceV2;
 
-impl Form for ReinplaceV2 {
+impl Rule for ReinplaceV2 {
     fn name(&self) -> &'static str {
         "reinplace_v2"
     }
 
     fn parse(&self, graph: &Graph, node: NodeId) -> Option<Result<FormCall, String>> {
-        let mine = graph.target_of(node).kind == TargetKind::AutoFunctionalizedV2
+        let mine = Form::of_kind(graph.target_of(node).kind) == Some(Form::V2)
             && !mutable_op(graph, node).is_ok_and(|(_, s)| s.tags.out);
         mine.then(|| parse(graph, node).map(FormCall::Mutation))
     }
@@ -211,7 +211,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
     Ok(MutationCall {
         node,
         op,
-        form: "v2",
+        form: Form::V2,
         buffers,
         written,
         call_args,
@@ -227,6 +227,7 @@ mod tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
     use crate::ir::schema::OpTags;
+    use crate::ir::TargetKind;
 
     fn node(extra: Vec<(&str, Value)>) -> (Graph, NodeId) {
         let mut kwargs = vec![
@@ -278,6 +279,7 @@ mod message_tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
     use crate::ir::schema::OpTags;
+    use crate::ir::TargetKind;
 
     fn reason(kwargs: Vec<(&str, Value)>) -> String {
         let (g, af) = af_graph(

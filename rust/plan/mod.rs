@@ -197,9 +197,10 @@ pub struct NodeReport {
     pub node: String,
     /// The mutating operator (`mylib::rms_norm.default`).
     pub op: String,
-    /// `v1` or `v2`.
-    pub form: &'static str,
-    /// The rule that handled it (stable name), or `none`.
+    /// The node's form (`"v1"` or `"v2"` in JSON).
+    pub form: crate::forms::Form,
+    /// The name of the rule that read it (`crate::forms::Rule`), or `none`
+    /// when none did or the caller asked to leave its operator.
     pub rule: &'static str,
     /// The outcome.
     pub action: Action,

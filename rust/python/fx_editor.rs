@@ -59,7 +59,7 @@ pub struct FxEditor<'py> {
     changed: Vec<Bound<'py, PyAny>>,
 }
 
-fn py_err(e: &PyErr, py: Python<'_>, at: u32, what: &str) -> crate::Error {
+fn py_err(e: &PyErr, py: Python<'_>, at: Option<u32>, what: &str) -> crate::Error {
     crate::Error::Internal {
         node: at,
         detail: format!("{what}: {}", e.value(py)),
@@ -336,7 +336,7 @@ impl<'py> Editor for FxEditor<'py> {
             .get(id.idx())
             .cloned()
             .ok_or_else(|| crate::Error::Internal {
-                node: id.0,
+                node: Some(id.0),
                 detail: format!(
                     "plan refers to node {} of a {}-node graph",
                     id.0,
@@ -347,7 +347,7 @@ impl<'py> Editor for FxEditor<'py> {
 
     fn insert(&mut self, ins: Insertion<'_, Self::Handle>) -> Result<Self::Handle> {
         self.try_insert(&ins)
-            .map_err(|e| py_err(&e, self.py, ins.origin.0, "cannot insert a node"))
+            .map_err(|e| py_err(&e, self.py, Some(ins.origin.0), "cannot insert a node"))
     }
 
     fn move_before(&mut self, node: &Self::Handle, before: &Self::Handle) -> Result<()> {
@@ -364,7 +364,7 @@ impl<'py> Editor for FxEditor<'py> {
             }
             Ok(())
         })();
-        r.map_err(|e| py_err(&e, self.py, 0, "cannot move a node"))
+        r.map_err(|e| py_err(&e, self.py, None, "cannot move a node"))
     }
 
     fn replace_uses(&mut self, id: NodeId, node: &Self::Handle, with: &Self::Handle) -> Result<()> {
@@ -390,7 +390,7 @@ impl<'py> Editor for FxEditor<'py> {
             }
             Ok(())
         })();
-        r.map_err(|e| py_err(&e, self.py, id.0, "cannot replace a node's uses"))
+        r.map_err(|e| py_err(&e, self.py, Some(id.0), "cannot replace a node's uses"))
     }
 
     fn realize(&mut self, node: &Self::Handle) -> Result<()> {
@@ -404,15 +404,15 @@ impl<'py> Editor for FxEditor<'py> {
             meta.set_item(REALIZE_KEY, true)?;
             Ok(())
         })();
-        r.map_err(|e| py_err(&e, self.py, 0, "cannot mark a node"))
+        r.map_err(|e| py_err(&e, self.py, None, "cannot mark a node"))
     }
 
     fn erase(&mut self, nodes: &[(NodeId, Self::Handle)]) -> Result<()> {
         let misplaced = self
             .check_order()
-            .map_err(|e| py_err(&e, self.py, 0, "cannot check the node order"))?;
+            .map_err(|e| py_err(&e, self.py, None, "cannot check the node order"))?;
         if let Some(detail) = misplaced {
-            return Err(crate::Error::Internal { node: 0, detail });
+            return Err(crate::Error::Internal { node: None, detail });
         }
         let doomed: HashSet<usize> = nodes.iter().map(|(_, n)| n.as_ptr() as usize).collect();
         for (id, n) in nodes {
@@ -425,14 +425,14 @@ impl<'py> Editor for FxEditor<'py> {
                 }
                 Ok(None)
             })()
-            .map_err(|e| py_err(&e, self.py, id.0, "cannot read a node's users"))?;
+            .map_err(|e| py_err(&e, self.py, Some(id.0), "cannot read a node's users"))?;
             if let Some(user) = stays {
                 let name: String = n
                     .getattr("name")
                     .and_then(|x| x.extract())
                     .unwrap_or_default();
                 return Err(crate::Error::Internal {
-                    node: id.0,
+                    node: Some(id.0),
                     detail: format!("{name} is still used by {user} after the plan"),
                 });
             }
@@ -441,7 +441,7 @@ impl<'py> Editor for FxEditor<'py> {
             py_err(
                 &e,
                 self.py,
-                0,
+                None,
                 "cannot bring the views of re-pointed values up to date",
             )
         })?;
@@ -450,7 +450,7 @@ impl<'py> Editor for FxEditor<'py> {
         for (id, n) in nodes {
             self.graph
                 .call_method1("erase_node", (n,))
-                .map_err(|e| py_err(&e, self.py, id.0, "cannot erase a node"))?;
+                .map_err(|e| py_err(&e, self.py, Some(id.0), "cannot erase a node"))?;
         }
         Ok(())
     }

@@ -27,8 +27,7 @@ struct PyPlan {
 impl PyPlan {
     /// The report (what was rewritten, cloned, left, and why) as JSON text.
     fn report_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.plan.report)
-            .map_err(|e| errors::InternalError::new_err(e.to_string()))
+        serde_json::to_string(&self.plan.report).map_err(|e| errors::internal(e.to_string()))
     }
 
     /// Strict mode: raises `UnsupportedGraphError` naming the first node the
@@ -43,8 +42,7 @@ impl PyPlan {
     /// The edits as JSON text, for tools that draw them (`explain --html`);
     /// the pass itself never reads them.
     fn edits_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.plan.edits)
-            .map_err(|e| errors::InternalError::new_err(e.to_string()))
+        serde_json::to_string(&self.plan.edits).map_err(|e| errors::internal(e.to_string()))
     }
 
     /// Number of edits.
@@ -140,7 +138,7 @@ impl PyGraph {
     /// The `inspect` summary as JSON text.
     fn inspect_json(&self) -> PyResult<String> {
         serde_json::to_string(&crate::inspect::inspect(&self.graph))
-            .map_err(|e| errors::InternalError::new_err(e.to_string()))
+            .map_err(|e| errors::internal(e.to_string()))
     }
 
     /// Plans the rewrite (GIL released); the operators in `leave`
@@ -171,7 +169,7 @@ impl PyGraph {
         targets: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         if nodes.len() != self.graph.len() {
-            return Err(errors::InternalError::new_err(format!(
+            return Err(errors::internal(format!(
                 "the live graph has {} nodes, the planned one {}",
                 nodes.len(),
                 self.graph.len()
@@ -237,7 +235,7 @@ fn engine_fingerprint() -> String {
     format!(
         "{}:{}",
         crate::ENGINE_VERSION,
-        crate::forms::form_names().join(",")
+        crate::forms::rule_names().join(",")
     )
 }
 
@@ -249,7 +247,7 @@ fn inserted_op_schemas(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict
     let out = pyo3::types::PyDict::new(py);
     for name in crate::plan::apply::INSERTED_OPS {
         let schema = crate::plan::apply::aten_schema(name)
-            .ok_or_else(|| errors::InternalError::new_err(format!("no schema for {name}")))?;
+            .ok_or_else(|| errors::internal(format!("no schema for {name}")))?;
         out.set_item(*name, convert::schema_to(py, &schema)?)?;
     }
     Ok(out)

@@ -779,7 +779,7 @@ pub fn add_alias_records(g: &mut Graph, seed: u64) {
         if next() % 4 == 0 {
             continue;
         }
-        let v1 = call.form == "v1";
+        let v1 = call.form == fxrewrite::Form::V1;
         let mut labels: Vec<String> = if v1 {
             call.buffers.iter().map(|b| b.label.clone()).collect()
         } else {

@@ -256,7 +256,7 @@ fn arg<E: Editor>(
 
 pub(crate) fn internal(node: u32, detail: impl Into<String>) -> Error {
     Error::Internal {
-        node,
+        node: Some(node),
         detail: detail.into(),
     }
 }
