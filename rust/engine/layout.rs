@@ -64,6 +64,10 @@ pub(super) fn clone_layout(graph: &Graph, n: NodeId) -> std::result::Result<Clon
 /// The reason [`NoLayout::SymbolicOffset`] gives, which the reasons of
 /// [`Context::clone_source`] for such a view begin with.
 const SYMBOLIC_OFFSET: &str = "its storage offset is symbolic";
+/// A view of a node the plan replaced: its metadata describes the replaced
+/// value's layout, not the memory it now views.
+const STALE_VIEW: &str =
+    "it views a removed write-back scatter (its metadata is the scatter's layout)";
 
 /// View operators a clone replays on a copy of its view's source, by name.
 /// Every one takes its source as argument 0 and computes the view's layout
@@ -129,6 +133,9 @@ impl Context<'_> {
     /// shares its source's memory.
     pub(super) fn clone_source(&self, n: NodeId) -> std::result::Result<CloneSource, String> {
         let mut chain = Vec::new();
+        // Why the node's own layout was not used, for the reason when the
+        // walk up its view sources fails too.
+        let mut why_up = SYMBOLIC_OFFSET;
         let mut cur = n;
         loop {
             // A node holding a list (`split`) has no layout of its own: the
@@ -137,7 +144,11 @@ impl Context<'_> {
             // plan replaced by its buffer) has metadata computed from the
             // replaced value's layout, not from the memory it now views:
             // it is cut again from its source, whose layout is known.
-            let layout = if self.holds_a_list(cur) || self.views_a_stand_in(cur) {
+            let stand_in = self.views_a_stand_in(cur);
+            if chain.is_empty() && stand_in {
+                why_up = STALE_VIEW;
+            }
+            let layout = if self.holds_a_list(cur) || stand_in {
                 Err(NoLayout::SymbolicOffset)
             } else {
                 clone_layout(self.graph, self.layout_source(cur))
@@ -155,17 +166,17 @@ impl Context<'_> {
                 Err(why) if chain.is_empty() => return Err(why.to_string()),
                 Err(why) => {
                     return Err(format!(
-                        "{SYMBOLIC_OFFSET} and its view source `{}` cannot be cloned: {why}",
+                        "{why_up} and its view source `{}` cannot be cloned: {why}",
                         self.graph.node(cur).name
                     ))
                 }
             }
             let Role::View { src, .. } = self.roles[cur.idx()] else {
                 return Err(if chain.is_empty() {
-                    format!("{SYMBOLIC_OFFSET} and it is not a view")
+                    format!("{why_up} and it is not a view")
                 } else {
                     format!(
-                        "{SYMBOLIC_OFFSET} and so is that of `{}`, not a view",
+                        "{why_up} and so is that of `{}`, not a view",
                         self.graph.node(cur).name
                     )
                 });
@@ -174,9 +185,9 @@ impl Context<'_> {
                 Ok(replay) => chain.push(replay),
                 Err(why) => {
                     return Err(format!(
-                    "{SYMBOLIC_OFFSET} and its view `{}` cannot be applied again to a copy: {why}",
-                    self.graph.node(cur).name
-                ))
+                        "{why_up} and its view `{}` cannot be applied again to a copy: {why}",
+                        self.graph.node(cur).name
+                    ))
                 }
             }
             cur = src;
