@@ -7,6 +7,7 @@ own namer), node for node and name for name."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import fxrewrite
 from programs import PROGRAMS
 
 TESTS = Path(__file__).resolve().parent
+SUBPROCESS_PYTHONPATH = os.pathsep.join([str(TESTS), str(Path(fxrewrite.__file__).resolve().parent.parent)])
 FIXTURES = sorted((TESTS / "data").glob("*.fxir"))
 
 
@@ -30,7 +32,7 @@ def _tool(*args: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": SUBPROCESS_PYTHONPATH, "PATH": "/usr/bin:/bin"},
     )
     return p.stdout
 

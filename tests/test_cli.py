@@ -20,6 +20,11 @@ import fxrewrite
 from fxrewrite.encode import is_auto_functionalized
 
 TESTS = Path(__file__).resolve().parent
+#: ``PYTHONPATH`` of the tool's subprocesses: the tests' modules, then the
+#: directory of the fxrewrite this run imported, so that a checkout or
+#: worktree on ``PYTHONPATH`` is the one its subprocesses test too (not the
+#: one the environment has installed).
+SUBPROCESS_PYTHONPATH = os.pathsep.join([str(TESTS), str(Path(fxrewrite.__file__).resolve().parent.parent)])
 
 
 def run(
@@ -32,7 +37,7 @@ def run(
     """Runs the tool; a hang past ``timeout`` fails the test. Exit 2 must come
     with exactly one error line on stderr (warnings aside), never a traceback.
     ``wrapper`` is a command prefix (see ``_without_root_file_access``)."""
-    env = dict(os.environ, PYTHONPATH=str(TESTS), **(env or {}))
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PYTHONPATH, **(env or {}))
     p = subprocess.run(
         [*(wrapper or []), sys.executable, "-m", "fxrewrite", *args],
         capture_output=True,
@@ -67,7 +72,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("saved")
-    env = dict(os.environ, FXREWRITE_SAVE_DIR=str(d), PYTHONPATH=str(TESTS))
+    env = dict(os.environ, FXREWRITE_SAVE_DIR=str(d), PYTHONPATH=SUBPROCESS_PYTHONPATH)
     subprocess.run(
         [sys.executable, str(TESTS / "cli_model.py")], env=env, check=True, timeout=300, capture_output=True
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import TESTS, run
+from test_cli import SUBPROCESS_PYTHONPATH, TESTS, run
 
 ROOT = TESTS.parent
 
@@ -115,7 +115,9 @@ def traced(tmp_path_factory) -> tuple[Path, Path]:
     """One real compile (tests/cli_model.py) with the save dir and tlparse's trace on."""
     d = tmp_path_factory.mktemp("html")
     save, trace = d / "saved", d / "trace"
-    env = dict(os.environ, FXREWRITE_SAVE_DIR=str(save), TORCH_TRACE=str(trace), PYTHONPATH=str(TESTS))
+    env = dict(
+        os.environ, FXREWRITE_SAVE_DIR=str(save), TORCH_TRACE=str(trace), PYTHONPATH=SUBPROCESS_PYTHONPATH
+    )
     subprocess.run(
         [sys.executable, str(TESTS / "cli_model.py")], env=env, check=True, timeout=300, capture_output=True
     )
