@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use crate::analysis::alias::{arrival_storages, classify, Geometry, Role, ViewStep};
+use crate::analysis::alias::{
+    arrival_storages, classify, returns_an_alias, Geometry, Role, ViewStep,
+};
 use crate::analysis::liveness::{for_each_reader, last_reads, reads};
 use crate::analysis::uses::Uses;
 use crate::error::Result;
@@ -347,13 +349,7 @@ impl<'g> Context<'g> {
                     // joining its written arguments into one would make a
                     // later `copy_(input, other_written)` look like a copy
                     // inside the input's own memory.
-                    let returns_alias = self
-                        .graph
-                        .target_of(id)
-                        .schema
-                        .as_ref()
-                        .is_none_or(|s| s.returns.iter().any(|r| r.alias.is_some()));
-                    if returns_alias {
+                    if returns_an_alias(self.graph, id) {
                         for w in written {
                             self.union(id, w);
                         }

@@ -210,26 +210,12 @@ impl Context<'_> {
         let arrival = self
             .arrival
             .get_or_insert_with(|| arrival_storages(self.graph, &self.roles));
-        let node_of = |l: &str| -> Option<NodeId> {
-            let written = match call.form {
-                Form::V1 => call.buffers.iter().find(|b| b.label == l).map(|b| b.node),
-                Form::V2 => call
-                    .written
-                    .iter()
-                    .find(|w| w.label == l)
-                    .map(|w| call.buffers[w.buffer].node),
-            };
-            written.or_else(|| {
-                call.read_nodes
-                    .iter()
-                    .find(|(r, _)| r == l)
-                    .map(|&(_, n)| n)
-            })
-        };
         for g in groups {
             let mut first: Option<(&str, usize)> = None;
             for l in g {
-                let Some(node) = node_of(l) else { continue };
+                let Some(node) = call.slot_node(l) else {
+                    continue;
+                };
                 let st = arrival[node.idx()];
                 match first {
                     None => first = Some((l, st)),

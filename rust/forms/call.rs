@@ -100,6 +100,32 @@ pub struct MutationCall {
     pub alias_groups: Option<Vec<Vec<String>>>,
 }
 
+impl MutationCall {
+    /// The node a slot label of [`MutationCall::alias_groups`] names: a v1
+    /// buffer, the base a v2 written argument is cut from, or a read slot.
+    #[must_use]
+    pub fn slot_node(&self, label: &str) -> Option<NodeId> {
+        let written = match self.form {
+            super::Form::V1 => self
+                .buffers
+                .iter()
+                .find(|b| b.label == label)
+                .map(|b| b.node),
+            super::Form::V2 => self
+                .written
+                .iter()
+                .find(|w| w.label == label)
+                .map(|w| self.buffers[w.buffer].node),
+        };
+        written.or_else(|| {
+            self.read_nodes
+                .iter()
+                .find(|(r, _)| r == label)
+                .map(|&(_, n)| n)
+        })
+    }
+}
+
 /// A parsed out= call (`Tag.out` operator in the v2 form): fresh buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutCall {

@@ -793,22 +793,6 @@ pub fn add_alias_records(g: &mut Graph, seed: u64) {
         // eight gets a record that ignores storages, which the engine must
         // refuse rather than trust.
         let realistic = next() % 8 != 0;
-        let node_of = |l: &str| -> Option<NodeId> {
-            let written = if v1 {
-                call.buffers.iter().find(|b| b.label == l).map(|b| b.node)
-            } else {
-                call.written
-                    .iter()
-                    .find(|w| w.label == l)
-                    .map(|w| call.buffers[w.buffer].node)
-            };
-            written.or_else(|| {
-                call.read_nodes
-                    .iter()
-                    .find(|(r, _)| r == l)
-                    .map(|&(_, n)| n)
-            })
-        };
         let mut groups: Vec<((usize, u64), Vec<Value>)> = Vec::new();
         for l in labels {
             // The written arguments of one v2 base shared it in the program.
@@ -819,7 +803,7 @@ pub fn add_alias_records(g: &mut Graph, seed: u64) {
                 Some(b) => (seed ^ b as u64) % k,
                 None => next() % k,
             };
-            let storage = match node_of(&l) {
+            let storage = match call.slot_node(&l) {
                 Some(n) if realistic => arrival[n.idx()],
                 _ => usize::MAX,
             };

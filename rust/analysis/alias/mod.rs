@@ -20,6 +20,19 @@ pub use geometry::Geometry;
 pub use steps::{Dim, ViewStep};
 pub use storages::arrival_storages;
 
+/// True when the value of mutating node `id` may alias what it writes: its
+/// schema annotates a return as an alias, or it has no schema to say. A
+/// call with no such return (every operator auto_functionalized wraps)
+/// shares no memory with its written arguments, nor joins them.
+#[must_use]
+pub fn returns_an_alias(graph: &Graph, id: NodeId) -> bool {
+    graph
+        .target_of(id)
+        .schema
+        .as_ref()
+        .is_none_or(|s| s.returns.iter().any(|r| r.alias.is_some()))
+}
+
 use crate::ir::{Graph, NodeId, OpCode, OpSchema, TargetKind, Value};
 use steps::{arg, list_item_step, opt_int, select_step, slice_step, view_step};
 

@@ -10,7 +10,7 @@
 //! engine does not trust it). The engine's own storage classes differ: they
 //! grow as the walk writes results into their buffers.
 
-use super::Role;
+use super::{returns_an_alias, Role};
 use crate::ir::{Graph, NodeId};
 use std::collections::HashMap;
 
@@ -34,16 +34,9 @@ pub fn arrival_storages(graph: &Graph, roles: &[Role]) -> Vec<usize> {
                 }
             }
             Role::InputWriteBack { dst, .. } => union(&mut parent, i, dst.idx()),
-            Role::OtherMutation { written } => {
-                let returns_alias = graph
-                    .target_of(id)
-                    .schema
-                    .as_ref()
-                    .is_none_or(|s| s.returns.iter().any(|r| r.alias.is_some()));
-                if returns_alias {
-                    for w in written {
-                        union(&mut parent, i, w.idx());
-                    }
+            Role::OtherMutation { written } if returns_an_alias(graph, id) => {
+                for w in written {
+                    union(&mut parent, i, w.idx());
                 }
             }
             _ => {}
