@@ -793,6 +793,11 @@ def test_clone_sizes_in_words_with_and_without_the_live_graph():
         == "64 bytes + 1 of symbolic size"
     )
     live = CloneNote("y", "r", bytes_expr="4*s0", bytes_at_trace=32)
+    assert [c.size_text() for c in (CloneNote("x", "r", bytes=64), live, CloneNote("z", "r"))] == [
+        "64 bytes",
+        "4*s0 bytes (32 at the traced sizes)",
+        "symbolic size",
+    ]
     assert report(CloneNote("x", "r", bytes=64), live).clone_sizes() == (
         "64 bytes + 4*s0 bytes, 96 bytes at the traced sizes"
     )

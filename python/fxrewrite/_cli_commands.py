@@ -88,16 +88,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _size(c: Any) -> str:
-    """A clone's size in words: static bytes, or the symbolic expression."""
-    if c.bytes is not None:
-        return f", {c.bytes} bytes"
-    if c.bytes_expr:
-        at = f" ({c.bytes_at_trace} at the traced sizes)" if c.bytes_at_trace is not None else ""
-        return f", {c.bytes_expr} bytes{at}"
-    return ", symbolic size"
-
-
 def _decision_lines(d: Any) -> list[str]:
     where = f"  [{d.source}]" if d.source else ""
     lines = [f"{d.node} ({d.op}, {d.form}): {d.action}{where}"]
@@ -108,7 +98,7 @@ def _decision_lines(d: Any) -> list[str]:
     if d.scatters_removed:
         lines.append(f"    write-back scatters removed: {d.scatters_removed}")
     for c in d.clones:
-        lines.append(f"    clone {c.arg}{_size(c)}: {c.reason}")
+        lines.append(f"    clone {c.arg}, {c.size_text()}: {c.reason}")
         if c.reader_source:
             lines.append(f"      reader at {c.reader_source}")
     if d.action == "reinplaced" and not d.moved and not d.scatters_removed:

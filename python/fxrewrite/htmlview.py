@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
-from .report import CloneNote, Decision, Report
+from .report import Decision, Report
 from .svgdraw import Arrow, Box, draw
 
 #: The value tag of a callable in the IR tuples (``rust/ir/wire.rs``).
@@ -356,15 +356,6 @@ _LEGEND = (
 )
 
 
-def _size(c: CloneNote) -> str:
-    if c.bytes is not None:
-        return f", {c.bytes} bytes"
-    if c.bytes_expr:
-        at = f" ({c.bytes_at_trace} at the traced sizes)" if c.bytes_at_trace is not None else ""
-        return f", {html.escape(c.bytes_expr)} bytes{at}"
-    return ", symbolic size"
-
-
 def _decision_html(d: Decision) -> Iterator[str]:
     e = html.escape
     yield (
@@ -379,7 +370,7 @@ def _decision_html(d: Decision) -> Iterator[str]:
     if d.scatters_removed:
         reasons.append(f"write-back scatters removed: {d.scatters_removed}")
     for c in d.clones:
-        size = _size(c)
+        size = ", " + e(c.size_text())
         where = f" (reader at <code>{e(c.reader_source)}</code>)" if c.reader_source else ""
         reasons.append(f"clone <code>{e(c.arg)}</code>{size}: {e(c.reason)}{where}")
     if d.reason:

@@ -192,8 +192,7 @@ def _symbolic_bytes(val: Any) -> tuple[str | None, int | None]:
         nbytes = val.numel() * val.element_size()
         if isinstance(nbytes, int):
             return str(nbytes), nbytes
-        node = nbytes.node
-        hint = node.hint if node.hint is not None else None
-        return str(node.expr), int(hint) if hint is not None else None
+        hint = nbytes.node.hint
+        return str(nbytes.node.expr), int(hint) if hint is not None else None
     except Exception:  # no size rather than a wrong one
         return None, None

@@ -24,6 +24,16 @@ class CloneNote:
     bytes_expr: str | None = None
     bytes_at_trace: int | None = None
 
+    def size_text(self) -> str:
+        """The bytes copied in words (``2048 bytes``, ``4*s0 bytes (128 at
+        the traced sizes)``, ``symbolic size``)."""
+        if self.bytes is not None:
+            return f"{self.bytes} bytes"
+        if self.bytes_expr:
+            at = f" ({self.bytes_at_trace} at the traced sizes)" if self.bytes_at_trace is not None else ""
+            return f"{self.bytes_expr} bytes{at}"
+        return "symbolic size"
+
 
 @dataclass(frozen=True)
 class Decision:
