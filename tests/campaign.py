@@ -407,23 +407,16 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
             )
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], capture_output=True, text=True, check=True, cwd=LOG.parent
+    ).stdout.strip()
+
+
 def _commit() -> str:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=LOG.parent,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=LOG.parent,
-        ).stdout.strip()
-        return out.stdout.strip() + ("+" if dirty else "")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        return _git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
