@@ -589,6 +589,58 @@ fn inserts_go_before_their_anchor_in_order() {
     assert!(to_fx_text(&out).contains("%clone_default_2 : [num_users=0]"));
 }
 
+/// Inductor's reinplace pass replaces every view-scatter node before
+/// lowering and drops its meta: a scatter is realized through an alias
+/// inserted just after it (after the node's current place, not its
+/// original neighbour's), any other node is marked as it is.
+#[test]
+fn a_view_scatter_is_realized_through_an_alias_just_after_it() {
+    let mut b = B::new();
+    let x = b.input("x", Some(meta(&[4, 2])));
+    let row = b.input("row", Some(meta(&[2])));
+    let f = b.call(&neg_op(), vec![n(x)]);
+    let s = b.call(
+        &select_scatter_op(),
+        vec![n(x), n(row), Value::Int(0), Value::Int(1)],
+    );
+    let m = b.call(&mul_op(), vec![n(s), n(f)]);
+    let g = b.output(&[m]);
+    let realize = |node: NodeId| Edit::Realize { node };
+    let out = apply_plan(&g, &plan_of(vec![realize(s), realize(m)])).unwrap();
+    assert_eq!(
+        names(&out),
+        [
+            "x",
+            "row",
+            "neg",
+            "select_scatter",
+            "alias_default",
+            "mul",
+            "output"
+        ],
+        "{}",
+        to_fx_text(&out)
+    );
+    assert_eq!(
+        args_text(&out, "alias_default"),
+        "(args = (%select_scatter,), kwargs = {})"
+    );
+    // The scatter moved before `neg` first: the alias follows it there.
+    let out = apply_plan(&g, &plan_of(vec![mv(s.0, f.0), realize(s), realize(m)])).unwrap();
+    assert_eq!(
+        names(&out),
+        [
+            "x",
+            "row",
+            "select_scatter",
+            "alias_default",
+            "neg",
+            "mul",
+            "output"
+        ]
+    );
+}
+
 #[test]
 fn move_reorders_and_moving_before_itself_is_a_no_op() {
     let g = small();

@@ -16,6 +16,11 @@ ALIAS_GROUPS: str
 #: which is read and ignored): never passed to the FX node.
 IR_ONLY_KWARGS: tuple[str, ...]
 
+#: The operators whose nodes Inductor's reinplace pass replaces before
+#: lowering (dropping their meta): the applier realizes such a node through an
+#: ``aten.alias`` of it inserted just after it.
+REPLACED_BEFORE_LOWERING: list[str]
+
 #: The wire codes of the encoder, the conversion and the ``.fxir`` format,
 #: by table (``opcode``, ``target_kind``, ``arg_type``, ``value_tag``,
 #: ``tag_bit``) and name: the one definition (``rust/ir/wire.rs``).
@@ -24,6 +29,7 @@ WIRE_CODES: dict[str, dict[str, int]]
 __all__ = [
     "ALIAS_GROUPS",
     "IR_ONLY_KWARGS",
+    "REPLACED_BEFORE_LOWERING",
     "WIRE_CODES",
     "DecodeError",
     "FileFormatError",

@@ -142,7 +142,10 @@ pub enum Edit {
     /// Make Inductor compute `node` in a buffer of its own where it stands,
     /// instead of lazily inside the kernels of its users (which may run
     /// after a mutation it must precede). On a live graph this sets
-    /// `meta["inductor_realize_to_strides"]`; it changes no value.
+    /// `meta["inductor_realize_to_strides"]`, on the node itself or, for a
+    /// node Inductor replaces before lowering (a view scatter), on an
+    /// `aten.alias` of it the applier inserts just after it
+    /// (`apply::REPLACED_BEFORE_LOWERING`); it changes no value.
     Realize {
         /// The node to materialise.
         node: NodeId,

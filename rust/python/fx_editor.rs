@@ -407,6 +407,21 @@ impl<'py> Editor for FxEditor<'py> {
         r.map_err(|e| py_err(&e, self.py, None, "cannot mark a node"))
     }
 
+    fn next(&self, node: &Self::Handle) -> Result<Self::Handle> {
+        let r = (|| -> PyResult<Option<Self::Handle>> {
+            let next = node.getattr("next")?;
+            Ok((next.getattr("op")?.extract::<String>()? != "root").then_some(next))
+        })();
+        match r {
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => Err(crate::Error::Internal {
+                node: None,
+                detail: "no node after the node to realize".into(),
+            }),
+            Err(e) => Err(py_err(&e, self.py, None, "cannot read the graph order")),
+        }
+    }
+
     fn erase(&mut self, nodes: &[(NodeId, Self::Handle)]) -> Result<()> {
         let misplaced = self
             .check_order()

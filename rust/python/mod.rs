@@ -263,6 +263,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("ALIAS_GROUPS", crate::forms::call::ALIAS_GROUPS)?;
     m.add(
+        "REPLACED_BEFORE_LOWERING",
+        crate::plan::apply::REPLACED_BEFORE_LOWERING.to_vec(),
+    )?;
+    m.add(
         "IR_ONLY_KWARGS",
         (
             crate::forms::call::ALIAS_GROUPS,

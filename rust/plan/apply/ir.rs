@@ -341,6 +341,13 @@ impl Editor for IrEditor<'_> {
         Ok(())
     }
 
+    fn next(&self, node: &usize) -> Result<usize> {
+        match self.links[node + 1].1 {
+            0 => Err(internal(self.origin[*node], "no node after it")),
+            slot => Ok(slot - 1),
+        }
+    }
+
     fn erase(&mut self, nodes: &[(NodeId, usize)]) -> Result<()> {
         let doomed: HashSet<usize> = nodes.iter().map(|&(_, n)| n).collect();
         for &(_, n) in nodes {

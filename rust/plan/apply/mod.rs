@@ -16,7 +16,9 @@
 //!    (after nodes inserted or moved before it earlier), `Move` moves a node
 //!    to just before `before`, `Replace` moves every current use of a node
 //!    (uses by inserted nodes included) to its replacement, `Realize` marks a
-//!    node for Inductor, and `Erase` is deferred.
+//!    node for Inductor (through an alias inserted just after it when
+//!    Inductor would drop the mark, [`REPLACED_BEFORE_LOWERING`]), and
+//!    `Erase` is deferred.
 //! 3. Erasures come last, once each erased node is known to be used only by
 //!    other erased nodes; plan order erases users before what they use.
 //!
@@ -128,6 +130,12 @@ pub trait Editor {
     /// [`Error::Internal`] if the graph refuses the mark.
     fn realize(&mut self, node: &Self::Handle) -> Result<()>;
 
+    /// The node just after `node` in the graph's current order.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if `node` is the last node.
+    fn next(&self, node: &Self::Handle) -> Result<Self::Handle>;
+
     /// Erases `nodes`, in order, after checking that each is used only by
     /// nodes of the same list; erases nothing if one is not.
     ///
@@ -147,7 +155,7 @@ pub trait Editor {
 /// refuses an edit; the editor's graph is then as it was.
 pub fn apply<E: Editor>(graph: &Graph, plan: &Plan, editor: &mut E) -> Result<()> {
     check(graph, plan)?;
-    match run(plan, editor) {
+    match run(graph, plan, editor) {
         Ok(()) => Ok(()),
         Err(e) => {
             editor.rollback();
@@ -156,8 +164,9 @@ pub fn apply<E: Editor>(graph: &Graph, plan: &Plan, editor: &mut E) -> Result<()
     }
 }
 
-fn run<E: Editor>(plan: &Plan, editor: &mut E) -> Result<()> {
+fn run<E: Editor>(graph: &Graph, plan: &Plan, editor: &mut E) -> Result<()> {
     let mut created: Vec<Option<E::Handle>> = vec![None; plan.new_nodes as usize];
+    let mut realized_aliases = 0;
     let mut doomed: Vec<(NodeId, E::Handle)> = Vec::new();
     for edit in &plan.edits {
         match edit {
@@ -201,12 +210,49 @@ fn run<E: Editor>(plan: &Plan, editor: &mut E) -> Result<()> {
             }
             Edit::Realize { node } => {
                 let n = editor.original(*node)?;
-                editor.realize(&n)?;
+                if replaced_before_lowering(graph, *node) {
+                    let alias = editor.insert(Insertion {
+                        id: NewId(plan.new_nodes + realized_aliases),
+                        before: editor.next(&n)?,
+                        origin: *node,
+                        callee: &ALIAS,
+                        args: vec![Arg::Node(n)],
+                        kwargs: Vec::new(),
+                        meta: &MetaSource::Compute,
+                    })?;
+                    realized_aliases += 1;
+                    editor.realize(&alias)?;
+                } else {
+                    editor.realize(&n)?;
+                }
             }
             Edit::Erase { node } => doomed.push((*node, editor.original(*node)?)),
         }
     }
     editor.erase(&doomed)
+}
+
+/// The view-scatter operators whose nodes Inductor's reinplace pass
+/// (`canonicalize_view_scatter_ops`, then `decompose_generalized_scatter`)
+/// replaces by new nodes after the custom post pass and before lowering,
+/// keeping only `meta['val']`: `_SCATTER_OP_TO_VIEW` in
+/// `torch/_inductor/fx_passes/reinplace.py` (`tests/test_realize_marker.py`
+/// checks this list against it).
+pub const REPLACED_BEFORE_LOWERING: &[&str] = &[
+    "aten::diagonal_scatter.default",
+    "aten::select_scatter.default",
+    "aten::slice_scatter.default",
+    "aten::as_strided_scatter.default",
+];
+
+const ALIAS: Callee = Callee::Aten("aten::alias.default");
+
+/// True when a mark put on `node` would be lost before Inductor lowers it.
+/// Such a node is realized through an `aten.alias` of it inserted just
+/// after it: Inductor lowers an alias to the very value it aliases (`nop`),
+/// so marking the alias realizes the node's value at the same place.
+fn replaced_before_lowering(graph: &Graph, node: NodeId) -> bool {
+    REPLACED_BEFORE_LOWERING.contains(&graph.target_of(node).name.as_str())
 }
 
 fn value<E: Editor>(
