@@ -42,6 +42,7 @@ __all__ = [
     "VersionError",
     "engine_fingerprint",
     "inserted_op_schemas",
+    "v2_written_views",
 ]
 
 class FxrewriteError(Exception):
@@ -212,3 +213,19 @@ def engine_fingerprint() -> str:
 def inserted_op_schemas() -> dict[str, tuple[list[Any], list[Any], int]]:
     """The schema facts of every aten operator the engine may insert, as the
     command line tool's applier knows them, in ``fxrewrite.encode.schema_facts``' layout."""
+
+#: One written tensor of a v2 node: ``(label, base index, kind, keys)``; kind
+#: ``"whole"``, ``"alias"``, ``"slice"`` or ``"as_strided"``, keys the three
+#: keywords holding the slice's or the as_strided view's values.
+_V2View = tuple[str, int, str, tuple[str, ...]]
+
+def v2_written_views(
+    schema: tuple[list[Any], list[Any], int], kwargs: dict[str, Any]
+) -> list[tuple[str, list[_V2View | None] | None]]:
+    """The written tensors of one ``auto_functionalized_v2`` node, read from
+    its keywords by the engine's own parser of the v2 encoding. ``schema``:
+    the operator's ``fxrewrite.encode.schema_facts``. Per written argument,
+    in schema order, ``(name, items)``: ``items`` is ``None`` when the
+    argument is ``None``, else one entry per tensor (``None`` for a ``None``
+    item). Raises ``ValueError`` with the engine's reason when the keywords
+    do not encode the arguments."""

@@ -21,6 +21,9 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 
+from . import _core
+from .encode import schema_facts
+
 _MISSING = object()
 
 
@@ -145,6 +148,20 @@ def _all_static(fake_mode: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return seen_tensor
 
 
+def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None] | None:
+    """The written tensors of a v2 node ``node`` calling ``op``, by argument
+    name, as the engine's own parser of the v2 encoding reads them
+    (``_core.v2_written_views``: ``None`` for a ``None`` argument, else per
+    tensor ``None`` or ``(label, base index, kind, keys)``). ``None`` when
+    ``op`` has no schema or the keywords do not encode its arguments."""
+    if getattr(op, "_schema", None) is None:
+        return None
+    try:
+        return dict(_core.v2_written_views(schema_facts(op), dict(node.kwargs)))
+    except ValueError:
+        return None
+
+
 def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     """The ``eager_input_vals`` of the direct call that replaces ``af``: the
     fake values its arguments had in eager, read off ``af``'s own record
@@ -164,10 +181,16 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     graph_bases = kw.get("_all_bases") or []
     same_base: dict[int, bool] = {}  # per base index: eager's layout is the graph's
 
-    def view(prefix: str, actual: Any) -> Any:
+    written_views = v2_written_views(af, op) if v2 else {}
+    if written_views is None:
+        return None
+
+    def view(slot: Any, actual: Any) -> Any:
+        if slot is None:
+            return None
+        _label, index, kind, keys = slot
         bases = eager.get("_all_bases") or []
-        index = kw.get(f"{prefix}_base_index")
-        if index is None or index >= len(bases) or bases[index] is None:
+        if index >= len(bases) or bases[index] is None:
             return None
         base = bases[index]
         # Where eager's base has the layout the graph's base has, the view
@@ -184,14 +207,13 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
                 )
             if same_base[index]:
                 return actual.meta["val"]
-        if f"{prefix}_storage_offset" in kw:
+        if kind == "as_strided":
             target: Any = torch.ops.aten.as_strided.default
-            args = (base, kw[f"{prefix}_size"], kw[f"{prefix}_stride"], kw[f"{prefix}_storage_offset"])
-        elif f"{prefix}_slice_dim" in kw:
+        elif kind == "slice":
             target = torch.ops.aten.slice.Tensor
-            args = (base, kw[f"{prefix}_slice_dim"], kw[f"{prefix}_slice_start"], kw[f"{prefix}_slice_end"])
         else:
             return base
+        args = (base, *(kw[k] for k in keys))
         try:
             mode = getattr(base, "fake_mode", None)
             return target(*args) if mode is None else fake_call(mode, target, args, {})
@@ -203,13 +225,15 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         if not (v2 and written):
             v = eager.get(a.name)
             return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
-        length = kw.get(f"_{a.name}_length", -1)
-        if length == -1:
-            return view(f"_{a.name}", actual)
-        if length is None:
+        slots = written_views.get(a.name)
+        if slots is None:
             return None
-        items = actual if isinstance(actual, list | tuple) and len(actual) == length else [None] * length
-        return [view(f"_{a.name}_{i}", items[i]) for i in range(length)]
+        if not isinstance(a.type, torch.ListType):
+            return view(slots[0], actual)
+        items = (
+            actual if isinstance(actual, list | tuple) and len(actual) == len(slots) else [None] * len(slots)
+        )
+        return [view(slot, item) for slot, item in zip(slots, items, strict=True)]
 
     args, kwargs = [], {}
     positional = iter(call.args)

@@ -34,7 +34,7 @@ __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 
 from ._install_env import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
-from .fx_meta import storage_of
+from .fx_meta import storage_of, v2_written_views
 
 
 def _tensor_slots(name: str, value: Any) -> list[tuple[str, torch.fx.Node]]:
@@ -46,24 +46,6 @@ def _tensor_slots(name: str, value: Any) -> list[tuple[str, torch.fx.Node]]:
     return []
 
 
-def _v2_written_slots(node: torch.fx.Node, name: str, is_list: bool) -> list[tuple[str, torch.fx.Node]]:
-    """The base each written element of a v2 node's argument ``name`` lives
-    in: v2 passes written tensors as views of ``_all_bases``."""
-    raw = node.kwargs.get("_all_bases")
-    bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
-    prefixes = [(name, f"_{name}")]
-    if is_list:
-        length = node.kwargs.get(f"_{name}_length")
-        prefixes = [(f"{name}[{i}]", f"_{name}_{i}") for i in range(length if isinstance(length, int) else 0)]
-    slots = []
-    for label, prefix in prefixes:
-        index = node.kwargs.get(f"{prefix}_base_index")
-        base = bases[index] if isinstance(index, int) and 0 <= index < len(bases) else None
-        if isinstance(base, torch.fx.Node):
-            slots.append((label, base))
-    return slots
-
-
 def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
     """The alias groups of one auto_functionalized node as the graph holds
     it now, or None when a slot's storage is unknown (no fake value, a tensor
@@ -73,11 +55,19 @@ def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
     if schema is None:
         return None
     v2 = node.target is auto_functionalized_v2
+    written_views = v2_written_views(node, op) if v2 else {}
+    if written_views is None:
+        return None
+    raw = node.kwargs.get("_all_bases")
+    bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
     slots: list[tuple[str, torch.fx.Node]] = []
     for a in schema.arguments:
-        written = a.alias_info is not None and a.alias_info.is_write
-        if written and v2:
-            slots += _v2_written_slots(node, a.name, isinstance(a.type, torch.ListType))
+        if v2 and a.name in written_views:
+            # v2 passes written tensors as views of ``_all_bases``: the slot
+            # lives in its base.
+            for view in written_views[a.name] or []:
+                if view is not None and view[1] < len(bases) and isinstance(bases[view[1]], torch.fx.Node):
+                    slots.append((view[0], bases[view[1]]))
         else:
             slots += _tensor_slots(a.name, node.kwargs.get(a.name))
     groups: dict[int, list[str]] = {}

@@ -8,7 +8,7 @@ use super::call::{
     Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall, Rule};
-use crate::ir::{ArgType, Graph, NodeId, Value};
+use crate::ir::{ArgType, Graph, NodeId, SchemaArg, Value};
 
 /// The rule (its name and parser).
 pub struct ReinplaceV2;
@@ -25,30 +25,35 @@ impl Rule for ReinplaceV2 {
     }
 }
 
+/// The keyword `key` of a node's keyword list.
+fn kwarg<'v>(kwargs: &'v [(String, Value)], key: &str) -> Option<&'v Value> {
+    kwargs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
 /// Reads the view info of one written argument with key prefix `prefix`
 /// (`_x` or `_xs_1`), marking the keys it consumes.
 fn read_view(
-    n: &crate::ir::Node,
+    kwargs: &[(String, Value)],
     prefix: &str,
     used: &mut Vec<String>,
 ) -> Result<Option<(usize, ViewOfBuffer)>, String> {
     let key = |s: &str| format!("{prefix}_{s}");
     let base_key = key("base_index");
     used.push(base_key.clone());
-    let base = match n.kwarg(&base_key) {
+    let base = match kwarg(kwargs, &base_key) {
         Some(Value::Int(i)) => usize::try_from(*i).map_err(|_| format!("negative {base_key}"))?,
         Some(Value::None) => return Ok(None),
         None => return Err(format!("missing {base_key}")),
         Some(other) => return Err(format!("unexpected {base_key} = {other}")),
     };
-    let has = |s: &str| n.kwarg(&key(s)).is_some();
+    let has = |s: &str| kwarg(kwargs, &key(s)).is_some();
     let view = if has("alias") {
         used.push(key("alias"));
         ViewOfBuffer::Alias
     } else if has("storage_offset") {
         let keys = [key("size"), key("stride"), key("storage_offset")];
         for k in &keys {
-            if n.kwarg(k).is_none() {
+            if kwarg(kwargs, k).is_none() {
                 return Err(format!("missing {k}"));
             }
         }
@@ -57,7 +62,7 @@ fn read_view(
     } else if has("slice_dim") {
         let keys = [key("slice_dim"), key("slice_start"), key("slice_end")];
         for k in &keys {
-            if n.kwarg(k).is_none() {
+            if kwarg(kwargs, k).is_none() {
                 return Err(format!("missing {k}"));
             }
         }
@@ -67,6 +72,75 @@ fn read_view(
         ViewOfBuffer::Whole
     };
     Ok(Some((base, view)))
+}
+
+/// One written tensor of a v2 node as its keywords encode it: a view of
+/// base `_all_bases[base]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenView {
+    /// The slot's label (`x`, `xs[1]`): the labels alias-group records use.
+    pub label: String,
+    /// The index into `_all_bases`.
+    pub base: usize,
+    /// How the written tensor is cut from the base.
+    pub view: ViewOfBuffer,
+}
+
+/// How a v2 node encodes one written argument of its operator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WrittenEncoding {
+    /// A tensor argument; `None` when the argument is `None`.
+    One(Option<WrittenView>),
+    /// A tensor-list argument, per item (`None` items are `None`); `None`
+    /// when the list itself is `None`.
+    List(Option<Vec<Option<WrittenView>>>),
+}
+
+/// Reads written argument `arg` of a v2 node from its keywords (`kwargs`),
+/// pushing the keys it consumes onto `used`: the one parser of the v2
+/// encoding (`_x_base_index`, `_xs_length`, slices, as_strided views,
+/// aliases). The pre pass and the live-graph metadata read it through
+/// `fxrewrite._core.v2_written_views`.
+///
+/// # Errors
+/// A reason when a key is missing or holds an unexpected value, or `arg`
+/// is not a tensor or tensor list.
+pub fn read_written(
+    kwargs: &[(String, Value)],
+    arg: &SchemaArg,
+    used: &mut Vec<String>,
+) -> Result<WrittenEncoding, String> {
+    let one = |label: String, prefix: String, used: &mut Vec<String>| {
+        Ok::<_, String>(
+            read_view(kwargs, &prefix, used)?.map(|(base, view)| WrittenView { label, base, view }),
+        )
+    };
+    match arg.ty {
+        ArgType::Tensor | ArgType::OptionalTensor => Ok(WrittenEncoding::One(one(
+            arg.name.clone(),
+            format!("_{}", arg.name),
+            used,
+        )?)),
+        ArgType::TensorList => {
+            let len_key = format!("_{}_length", arg.name);
+            used.push(len_key.clone());
+            match kwarg(kwargs, &len_key) {
+                Some(Value::None) => Ok(WrittenEncoding::List(None)),
+                Some(Value::Int(len)) => (0..*len)
+                    .map(|i| {
+                        one(
+                            format!("{}[{i}]", arg.name),
+                            format!("_{}_{i}", arg.name),
+                            used,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|items| WrittenEncoding::List(Some(items))),
+                _ => Err(format!("missing or malformed {len_key}")),
+            }
+        }
+        ArgType::Other => Err(format!("written argument '{}' is not a tensor", arg.name)),
+    }
 }
 
 /// Parses a generic (or `Tag.inplace`) v2 node. Any keyword this build does
@@ -126,55 +200,26 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
             call_args.push((a.name.clone(), a.kwarg_only, CallArg::Kwarg(a.name.clone())));
             continue;
         }
-        match a.ty {
-            ArgType::Tensor | ArgType::OptionalTensor => {
-                match read_view(n, &format!("_{}", a.name), &mut used)? {
-                    None => call_args.push((a.name.clone(), a.kwarg_only, CallArg::None)),
-                    Some((base, view)) => {
-                        let buffer = buffer_for(base, &mut buffers)?;
-                        written.push(WrittenArg {
-                            label: a.name.clone(),
-                            buffer,
-                            view,
-                        });
-                        call_args.push((
-                            a.name.clone(),
-                            a.kwarg_only,
-                            CallArg::Written(written.len() - 1),
-                        ));
-                    }
-                }
-            }
-            ArgType::TensorList => {
-                let len_key = format!("_{}_length", a.name);
-                used.push(len_key.clone());
-                match n.kwarg(&len_key) {
-                    Some(Value::None) => {
-                        call_args.push((a.name.clone(), a.kwarg_only, CallArg::None))
-                    }
-                    Some(Value::Int(len)) => {
-                        let mut items = Vec::new();
-                        for i in 0..*len {
-                            match read_view(n, &format!("_{}_{i}", a.name), &mut used)? {
-                                None => items.push(None),
-                                Some((base, view)) => {
-                                    let buffer = buffer_for(base, &mut buffers)?;
-                                    written.push(WrittenArg {
-                                        label: format!("{}[{i}]", a.name),
-                                        buffer,
-                                        view,
-                                    });
-                                    items.push(Some(written.len() - 1));
-                                }
-                            }
-                        }
-                        call_args.push((a.name.clone(), a.kwarg_only, CallArg::WrittenList(items)));
-                    }
-                    _ => return Err(format!("missing or malformed {len_key}")),
-                }
-            }
-            ArgType::Other => return Err(format!("written argument '{}' is not a tensor", a.name)),
-        }
+        let mut written_view = |w: WrittenView, buffers: &mut Vec<Buffer>| {
+            let buffer = buffer_for(w.base, buffers)?;
+            written.push(WrittenArg {
+                label: w.label,
+                buffer,
+                view: w.view,
+            });
+            Ok::<_, String>(written.len() - 1)
+        };
+        let call_arg = match read_written(&n.kwargs, a, &mut used)? {
+            WrittenEncoding::One(None) | WrittenEncoding::List(None) => CallArg::None,
+            WrittenEncoding::One(Some(w)) => CallArg::Written(written_view(w, &mut buffers)?),
+            WrittenEncoding::List(Some(items)) => CallArg::WrittenList(
+                items
+                    .into_iter()
+                    .map(|w| w.map(|w| written_view(w, &mut buffers)).transpose())
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        call_args.push((a.name.clone(), a.kwarg_only, call_arg));
     }
     if let Some((k, _)) = n
         .kwargs

@@ -253,6 +253,82 @@ fn inserted_op_schemas(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict
     Ok(out)
 }
 
+/// The tensors of one written argument, each `None` or a view tuple.
+type WrittenItems<'py> = Vec<Option<Bound<'py, PyAny>>>;
+
+/// The written tensors of one `auto_functionalized_v2` node, read from its
+/// keywords by the engine's own parser of the v2 encoding
+/// (`forms::reinplace_v2::read_written`), so that the pre pass and the
+/// live-graph metadata never parse it again. `schema`: the operator's
+/// `fxrewrite.encode.schema_facts`. Per written argument, in schema order,
+/// `(name, items)`: `items` is `None` when the argument is `None`, else one
+/// entry per tensor, `None` or `(label, base index, kind, keys)`, kind one of
+/// `"whole"`, `"alias"`, `"slice"`, `"as_strided"` and keys the three
+/// keywords holding the slice's or as_strided view's values.
+///
+/// Raises `ValueError` with the engine's reason when the keywords do not
+/// encode the arguments.
+#[pyfunction]
+fn v2_written_views<'py>(
+    py: Python<'py>,
+    schema: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, pyo3::types::PyDict>,
+) -> PyResult<Vec<(String, Option<WrittenItems<'py>>)>> {
+    use crate::forms::call::ViewOfBuffer;
+    use crate::forms::reinplace_v2::{read_written, WrittenEncoding, WrittenView};
+    use crate::ir::Value;
+    use pyo3::types::{PyBool, PyInt};
+    let schema = convert::schema_from(schema)?
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no schema"))?;
+    // Only the values the parser reads matter (indices, lengths, None);
+    // the other keywords need only be present.
+    let mut values: Vec<(String, Value)> = Vec::with_capacity(kwargs.len());
+    for (k, v) in kwargs.iter() {
+        let Ok(k) = k.extract::<String>() else {
+            continue;
+        };
+        let value = if v.is_none() {
+            Value::None
+        } else if v.is_instance_of::<PyBool>() {
+            Value::Bool(v.extract()?)
+        } else if v.is_instance_of::<PyInt>() {
+            v.extract::<i64>()
+                .map_or_else(|_| Value::Opaque(String::new()), Value::Int)
+        } else {
+            Value::Opaque(v.get_type().name()?.to_string())
+        };
+        values.push((k, value));
+    }
+    let view_of = |w: WrittenView| -> PyResult<Bound<'py, PyAny>> {
+        let (kind, keys): (&str, &[String]) = match &w.view {
+            ViewOfBuffer::Whole => ("whole", &[]),
+            ViewOfBuffer::Alias => ("alias", &[]),
+            ViewOfBuffer::Slice { keys } => ("slice", keys),
+            ViewOfBuffer::AsStrided { keys } => ("as_strided", keys),
+        };
+        let keys = pyo3::types::PyTuple::new(py, keys)?;
+        Ok((w.label, w.base, kind, keys).into_pyobject(py)?.into_any())
+    };
+    let mut used = Vec::new();
+    let mut out = Vec::new();
+    for arg in schema.args.iter().filter(|a| a.is_written()) {
+        let items = match read_written(&values, arg, &mut used)
+            .map_err(pyo3::exceptions::PyValueError::new_err)?
+        {
+            WrittenEncoding::One(None) | WrittenEncoding::List(None) => None,
+            WrittenEncoding::One(Some(w)) => Some(vec![Some(view_of(w)?)]),
+            WrittenEncoding::List(Some(items)) => Some(
+                items
+                    .into_iter()
+                    .map(|w| w.map(&view_of).transpose())
+                    .collect::<PyResult<_>>()?,
+            ),
+        };
+        out.push((arg.name.clone(), items));
+    }
+    Ok(out)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
@@ -260,6 +336,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(inserted_op_schemas, m)?)?;
+    m.add_function(wrap_pyfunction!(v2_written_views, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("ALIAS_GROUPS", crate::forms::call::ALIAS_GROUPS)?;
     m.add(
