@@ -21,6 +21,11 @@ IR_ONLY_KWARGS: tuple[str, ...]
 #: ``aten.alias`` of it inserted just after it.
 REPLACED_BEFORE_LOWERING: list[str]
 
+#: The names a report's enumerations take, by field (``form``, ``action``,
+#: ``cause``): the values of ``fxrewrite.report``'s ``Form``, ``Action`` and
+#: ``Cause``.
+REPORT_VOCABULARY: dict[str, list[str]]
+
 #: The wire codes of the encoder, the conversion and the ``.fxir`` format,
 #: by table (``opcode``, ``target_kind``, ``arg_type``, ``value_tag``,
 #: ``tag_bit``) and name: the one definition (``rust/ir/wire.rs``).
@@ -30,6 +35,7 @@ __all__ = [
     "ALIAS_GROUPS",
     "IR_ONLY_KWARGS",
     "REPLACED_BEFORE_LOWERING",
+    "REPORT_VOCABULARY",
     "WIRE_CODES",
     "DecodeError",
     "FileFormatError",

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+#: A node's form: which higher-order operator it was.
+Form = Literal["v1", "v2"]
+#: What happened to a node: rewritten with no copy, with a clone, or left.
+Action = Literal["reinplaced", "cloned", "left"]
+#: Why a node was left: the engine cannot rewrite it safely, its arguments
+#: share memory no record attributes (``fxrewrite.install()`` records it),
+#: or the caller asked (``Pass(leave=...)``, ``FXREWRITE_LEAVE``).
+Cause = Literal["unsupported", "unattributed_sharing", "requested"]
+# The engine's enumerations (``_core.REPORT_VOCABULARY``) name exactly these:
+# ``tests/test_report_vocabulary.py``.
 
 
 @dataclass(frozen=True)
@@ -41,20 +52,16 @@ class Decision:
 
     node: str
     op: str
-    form: str
+    form: Form
     rule: str
-    action: str  # "reinplaced" | "cloned" | "left"
+    action: Action
     moved: list[str] = field(default_factory=list)
     clones: list[CloneNote] = field(default_factory=list)
     scatters_removed: int = 0
     reason: str | None = None
     source: str | None = None
-    #: For a node left: ``"unsupported"`` (the engine cannot rewrite it
-    #: safely), ``"unattributed_sharing"`` (its arguments share memory and
-    #: the pre pass recorded nothing: ``fxrewrite.install()``), or
-    #: ``"requested"`` (its operator is in ``Pass(leave=...)`` /
-    #: ``FXREWRITE_LEAVE``).
-    cause: str | None = None
+    #: Why, for a node left (``Cause``).
+    cause: Cause | None = None
 
 
 @dataclass
@@ -91,7 +98,7 @@ class Report:
                 scatters_removed=d["scatters_removed"],
                 reason=d["reason"],
                 source=d["source"],
-                cause=d.get("cause"),
+                cause=d["cause"],
             )
             for d in data["decisions"]
         ]
@@ -99,7 +106,7 @@ class Report:
             nodes=data["nodes"],
             decisions=decisions,
             writebacks_removed=data["writebacks_removed"],
-            realized=data.get("realized", 0),
+            realized=data["realized"],
         )
 
     @property

@@ -164,6 +164,21 @@ pub enum Action {
     Left,
 }
 
+impl Action {
+    /// Every action, in declaration order.
+    pub const ALL: [Action; 3] = [Action::Reinplaced, Action::Cloned, Action::Left];
+
+    /// The name reports use (`"reinplaced"`), as serialized.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Reinplaced => "reinplaced",
+            Action::Cloned => "cloned",
+            Action::Left => "left",
+        }
+    }
+}
+
 /// Why a node was left alone, in the kinds a caller acts on differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -176,6 +191,40 @@ pub enum LeftCause {
     /// The caller asked for its operator to be left to Inductor
     /// (`Pass(leave=...)`, `FXREWRITE_LEAVE`): not an error in strict mode.
     Requested,
+}
+
+impl LeftCause {
+    /// Every cause, in declaration order.
+    pub const ALL: [LeftCause; 3] = [
+        LeftCause::Unsupported,
+        LeftCause::UnattributedSharing,
+        LeftCause::Requested,
+    ];
+
+    /// The name reports use (`"unattributed_sharing"`), as serialized.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftCause::Unsupported => "unsupported",
+            LeftCause::UnattributedSharing => "unattributed_sharing",
+            LeftCause::Requested => "requested",
+        }
+    }
+}
+
+/// The names a report's enumerations take, by field (`form`, `action`,
+/// `cause`): what `fxrewrite.report`'s `Literal` types must list
+/// (`_core.REPORT_VOCABULARY`, checked by `tests/test_report_vocabulary.py`).
+#[must_use]
+pub fn report_vocabulary() -> [(&'static str, Vec<&'static str>); 3] {
+    [
+        (
+            "form",
+            crate::forms::Form::ALL.iter().map(|f| f.as_str()).collect(),
+        ),
+        ("action", Action::ALL.iter().map(|a| a.as_str()).collect()),
+        ("cause", LeftCause::ALL.iter().map(|c| c.as_str()).collect()),
+    ]
 }
 
 /// One clone the plan keeps, and why it is needed.
@@ -277,4 +326,39 @@ pub struct Plan {
     pub new_nodes: u32,
     /// What was decided and why.
     pub report: Report,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forms::Form;
+
+    /// The names `as_str` gives are the serialized ones, for every variant
+    /// (`ALL` lists them all: a new variant fails to compile in `as_str`
+    /// until named, and here until listed).
+    #[test]
+    fn the_vocabulary_is_what_reports_serialize() {
+        let json = |v: serde_json::Value| v.as_str().map(str::to_owned);
+        for f in Form::ALL {
+            assert_eq!(
+                json(serde_json::to_value(f).unwrap()).as_deref(),
+                Some(f.as_str())
+            );
+        }
+        for a in Action::ALL {
+            assert_eq!(
+                json(serde_json::to_value(a).unwrap()).as_deref(),
+                Some(a.as_str())
+            );
+        }
+        for c in LeftCause::ALL {
+            assert_eq!(
+                json(serde_json::to_value(c).unwrap()).as_deref(),
+                Some(c.as_str())
+            );
+        }
+        let vocabulary = report_vocabulary();
+        assert_eq!(vocabulary[1].1, ["reinplaced", "cloned", "left"]);
+        assert_eq!(vocabulary[2].1.len(), LeftCause::ALL.len());
+    }
 }

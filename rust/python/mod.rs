@@ -350,6 +350,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
             crate::forms::call::LEGACY_USER_ALIASED_READS,
         ),
     )?;
+    let vocabulary = pyo3::types::PyDict::new(m.py());
+    for (field, names) in crate::plan::report_vocabulary() {
+        vocabulary.set_item(field, names)?;
+    }
+    m.add("REPORT_VOCABULARY", vocabulary)?;
     let wire = pyo3::types::PyDict::new(m.py());
     for (section, entries) in crate::ir::wire::tables() {
         let table = pyo3::types::PyDict::new(m.py());
