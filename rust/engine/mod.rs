@@ -40,6 +40,7 @@ use crate::plan::{
     Report, ValueRef,
 };
 
+mod checks;
 mod emit;
 mod hazards;
 mod hold_back;
@@ -51,6 +52,7 @@ mod storage;
 mod unit_clone;
 mod writeback;
 
+use checks::CloneReason;
 use layout::{required_storage, strided_layout, CloneLayout, CloneSource};
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
@@ -318,82 +320,89 @@ impl<'g> Context<'g> {
 
     fn run(&mut self) {
         for i in 0..self.graph.len() {
-            let id = nid(i);
-            let role = self.roles[i].clone();
-            let mut storage_union = true;
-            match role {
-                Role::Input => self.inputs[i].push(id),
-                Role::View { src, step, .. } => {
-                    self.union(id, src);
-                    self.ver[i] = self.ver[src.idx()];
-                    self.link[i] = match step {
-                        None => Link::Same(self.same_target(src)),
-                        Some(s) => Link::Step(src, s),
-                    };
-                }
-                Role::Opaque => {
-                    let mut ops = Vec::new();
-                    self.graph.node(id).for_each_operand(|o| ops.push(o));
-                    for o in ops {
-                        self.union(id, o);
-                    }
-                    let r = self.find(id);
-                    self.ver[i] = self.latest[r];
-                }
-                Role::OtherMutation { written } => {
-                    // Writing arguments in place makes them share no memory
-                    // with each other: only the call's own value may alias
-                    // them, through a return annotated as an alias. A call
-                    // with no such return (every operator auto_functionalized
-                    // wraps, so every call this engine emits) joins no class;
-                    // joining its written arguments into one would make a
-                    // later `copy_(input, other_written)` look like a copy
-                    // inside the input's own memory.
-                    if returns_an_alias(self.graph, id) {
-                        for w in written {
-                            self.union(id, w);
-                        }
-                    }
-                    let r = self.find(id);
-                    self.ver[i] = self.latest[r];
-                }
-                Role::AutoFunctionalized => {
-                    self.plan_af(id);
-                    storage_union = false;
-                }
-                Role::AfResult { af, index } => {
-                    let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
-                    self.apply_bind(id, af, bind);
-                    storage_union = false;
-                }
-                Role::AfListItem { list, item } => {
-                    let bind = match self.binds.get(&list).and_then(|b| b.first()) {
-                        Some(Bind::List(items)) => items.get(item).cloned().flatten(),
-                        _ => None,
-                    };
-                    self.apply_bind(id, list, bind);
-                    storage_union = false;
-                }
-                Role::Scatter { .. } => {
-                    if let Some(&(base, event)) = self.scatter_binds.get(&id) {
-                        self.union(id, base);
-                        self.ver[i] = event;
-                        self.link[i] = Link::Same(self.same_target(base));
-                        storage_union = false;
-                    }
-                }
-                Role::InputWriteBack { dst, src } => {
-                    self.plan_writeback(id, dst, src);
-                    storage_union = false;
-                }
-                Role::Fresh | Role::MetaOnly | Role::Output => {}
-            }
-            if storage_union {
-                self.union_by_storage_key(id);
-            }
-            let r = self.find(id);
-            self.members[r].push(id);
+            self.step(nid(i));
         }
+    }
+
+    /// Walks node `id`, the next in graph order: joins its storage class,
+    /// gives it its version and geometry link, and plans it when it is an
+    /// auto_functionalized node.
+    fn step(&mut self, id: NodeId) {
+        let i = id.idx();
+        let role = self.roles[i].clone();
+        let mut storage_union = true;
+        match role {
+            Role::Input => self.inputs[i].push(id),
+            Role::View { src, step, .. } => {
+                self.union(id, src);
+                self.ver[i] = self.ver[src.idx()];
+                self.link[i] = match step {
+                    None => Link::Same(self.same_target(src)),
+                    Some(s) => Link::Step(src, s),
+                };
+            }
+            Role::Opaque => {
+                let mut ops = Vec::new();
+                self.graph.node(id).for_each_operand(|o| ops.push(o));
+                for o in ops {
+                    self.union(id, o);
+                }
+                let r = self.find(id);
+                self.ver[i] = self.latest[r];
+            }
+            Role::OtherMutation { written } => {
+                // Writing arguments in place makes them share no memory
+                // with each other: only the call's own value may alias
+                // them, through a return annotated as an alias. A call
+                // with no such return (every operator auto_functionalized
+                // wraps, so every call this engine emits) joins no class;
+                // joining its written arguments into one would make a
+                // later `copy_(input, other_written)` look like a copy
+                // inside the input's own memory.
+                if returns_an_alias(self.graph, id) {
+                    for w in written {
+                        self.union(id, w);
+                    }
+                }
+                let r = self.find(id);
+                self.ver[i] = self.latest[r];
+            }
+            Role::AutoFunctionalized => {
+                self.plan_af(id);
+                storage_union = false;
+            }
+            Role::AfResult { af, index } => {
+                let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
+                self.apply_bind(id, af, bind);
+                storage_union = false;
+            }
+            Role::AfListItem { list, item } => {
+                let bind = match self.binds.get(&list).and_then(|b| b.first()) {
+                    Some(Bind::List(items)) => items.get(item).cloned().flatten(),
+                    _ => None,
+                };
+                self.apply_bind(id, list, bind);
+                storage_union = false;
+            }
+            Role::Scatter { .. } => {
+                if let Some(&(base, event)) = self.scatter_binds.get(&id) {
+                    self.union(id, base);
+                    self.ver[i] = event;
+                    self.link[i] = Link::Same(self.same_target(base));
+                    storage_union = false;
+                }
+            }
+            Role::InputWriteBack { dst, src } => {
+                self.plan_writeback(id, dst, src);
+                storage_union = false;
+            }
+            Role::Fresh | Role::MetaOnly | Role::Output => {}
+        }
+        if storage_union {
+            self.union_by_storage_key(id);
+        }
+        let r = self.find(id);
+        self.members[r].push(id);
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {

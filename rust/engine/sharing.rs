@@ -37,7 +37,7 @@ pub(super) struct Sharing {
     pub(super) unit_reads: Vec<(usize, usize)>,
     /// Per buffer, why it must not keep the memory it has here: it shares
     /// it with a slot that did not share memory with it in the program.
-    pub(super) split: Vec<Option<String>>,
+    pub(super) split: Vec<Option<CloneReason>>,
 }
 
 impl Sharing {
@@ -149,7 +149,7 @@ impl Context<'_> {
             }
             i
         }
-        let mut split: Vec<Option<String>> = vec![None; nb];
+        let mut split: Vec<Option<CloneReason>> = vec![None; nb];
         for &(a, b) in &pairs {
             if group(a)? == group(b)? {
                 let (ra, rb) = (
@@ -159,17 +159,9 @@ impl Context<'_> {
                 parent[ra.max(rb)] = ra.min(rb);
                 continue;
             }
-            let why = |other: Slot| {
-                let kind = if matches!(other, Slot::Read(_)) {
-                    "read argument"
-                } else {
-                    "written"
-                };
-                format!(
-                    "{kind} `{}` shares memory with it in the graph as it arrives, but did not \
-                     in the program (a clone Inductor's remove_noop_ops deleted, pytorch#198031)",
-                    label(other)
-                )
+            let why = |other: Slot| CloneReason::SplitSharing {
+                other: label(other),
+                read: matches!(other, Slot::Read(_)),
             };
             match (a, b) {
                 (Slot::Buffer(x), other @ Slot::Read(_))
