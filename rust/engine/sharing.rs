@@ -269,3 +269,115 @@ pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{n, rms, B};
+    use crate::ir::Value;
+
+    /// `rms(out=t, x=t)` on a fresh `t`, with the pre pass's record
+    /// `groups` (none: no record); the graph and the call.
+    fn one_memory(groups: Option<&[&[&str]]>) -> (Graph, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, groups);
+        let g = b.output(&[nt]);
+        (g, NodeId(nt.0 - 1))
+    }
+
+    /// The sharing of call `af`, on the walk of `g` up to it.
+    fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, String> {
+        let mut cx = Context::new(g);
+        for i in 0..af.idx() {
+            cx.step(nid(i));
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        cx.sharing(&call)
+    }
+
+    #[test]
+    fn slots_one_group_recorded_as_sharing_are_one_unit() {
+        let (g, af) = one_memory(Some(&[&["out", "x"]]));
+        let s = sharing_of(&g, af).unwrap();
+        assert_eq!(s.unit_of_buffer, [0]);
+        assert_eq!(s.unit_reads, [(0, 0)]);
+        assert_eq!(s.split, [None]);
+        assert_eq!(s.unit_read_slots(0).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn slots_recorded_in_different_groups_split_the_buffer() {
+        let (g, af) = one_memory(Some(&[&["out"], &["x"]]));
+        let s = sharing_of(&g, af).unwrap();
+        assert!(s.unit_reads.is_empty());
+        assert_eq!(
+            s.split,
+            [Some(CloneReason::SplitSharing {
+                other: "x".into(),
+                read: true
+            })]
+        );
+    }
+
+    #[test]
+    fn sharing_with_no_record_or_a_record_missing_a_slot_is_refused() {
+        let (g, af) = one_memory(None);
+        let why = sharing_of(&g, af).unwrap_err();
+        assert!(
+            why.starts_with("arguments `out` and `x` share memory in the graph as it arrives"),
+            "{why}"
+        );
+        assert!(why.ends_with(NO_RECORD), "{why}");
+        let (g, af) = one_memory(Some(&[&["x"]]));
+        let why = sharing_of(&g, af).unwrap_err();
+        assert!(why.contains("does not name argument `out`"), "{why}");
+    }
+
+    #[test]
+    fn slots_on_separate_memory_share_nothing() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let u = b.fresh("u", x);
+        let af = b.af(
+            "af",
+            true,
+            &rms(),
+            vec![
+                ("x", n(u)),
+                ("_out_base_index", Value::Int(0)),
+                ("_all_bases", Value::List(vec![n(t)])),
+            ],
+        );
+        let g = b.output(&[af]);
+        let s = sharing_of(&g, af).unwrap();
+        assert_eq!(
+            (s.unit_of_buffer, s.unit_reads, s.split),
+            (vec![0], vec![], vec![None])
+        );
+    }
+
+    #[test]
+    fn a_clone_extends_to_the_whole_unit_and_no_further() {
+        let sharing = Sharing {
+            unit_of_buffer: vec![0, 1, 0, 1],
+            unit_reads: vec![],
+            split: vec![None; 4],
+        };
+        let note = |arg: &str| CloneNote {
+            arg: arg.into(),
+            reason: "why".into(),
+            reader: None,
+            reader_source: None,
+            bytes: None,
+        };
+        let mut clone = vec![None, None, Some(note("c")), None];
+        clone_whole_units(&sharing, &mut clone);
+        assert_eq!(clone, [Some(note("c")), None, Some(note("c")), None]);
+        assert_eq!(sharing.unit_buffers(3).collect::<Vec<_>>(), [1, 3]);
+    }
+}

@@ -420,3 +420,125 @@ impl Context<'_> {
         notes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::inserted;
+    use super::*;
+    use crate::analysis::test_graph::{meta, B};
+
+    #[test]
+    fn one_member_is_an_exact_clone_of_it() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let g = b.output(&[x]);
+        let cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[x]).unwrap();
+        assert!(matches!(recipe, UnitRecipe::Single(n) if n == x));
+        // A [4, 8] float32 copy.
+        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+    }
+
+    #[test]
+    fn views_of_one_source_are_cut_again_from_one_copy_of_it() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let top = b.slice("top", t, 0, 0, 2);
+        let bottom = b.slice("bottom", t, 0, 2, 4);
+        let g = b.output(&[top, bottom]);
+        let mut cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[top, bottom]).unwrap();
+        let UnitRecipe::Ancestor { anchor, paths } = &recipe else {
+            panic!("one copy of the common source");
+        };
+        assert_eq!(*anchor, t);
+        let members: Vec<NodeId> = paths.iter().map(|(m, _)| *m).collect();
+        assert_eq!(members, [top, bottom]);
+        assert!(paths.iter().all(|(_, replays)| replays.len() == 1));
+        // Emitted: the exact clone of `t`, then each slice on the copy.
+        let made = cx.emit_unit_clone(top, &recipe);
+        assert_eq!(made.len(), 2);
+        let p = cx.finish();
+        assert_eq!(
+            inserted(&g, &p),
+            [
+                "aten::as_strided.default",
+                "aten::clone.default",
+                "aten::as_strided.default",
+                "aten::slice.Tensor",
+                "aten::slice.Tensor"
+            ]
+        );
+    }
+
+    /// Two graph inputs `[4, 8]` with storage keys `kx`, `ky` and dtype of
+    /// `y` `dy`.
+    fn two_inputs(kx: Option<u64>, ky: Option<u64>, dy: &str) -> (Graph, NodeId, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let y = b.input("y");
+        let m = |k, d: &str| {
+            let mut m = meta(&[4, 8]);
+            m.storage = k;
+            m.dtype = d.into();
+            Some(m)
+        };
+        b.g.nodes[x.idx()].meta = m(kx, "float32");
+        b.g.nodes[y.idx()].meta = m(ky, dy);
+        (b.output(&[x, y]), x, y)
+    }
+
+    #[test]
+    fn members_on_one_known_storage_are_viewed_from_one_flat_copy() {
+        let (g, x, y) = two_inputs(Some(7), Some(7), "float32");
+        let cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[x, y]).unwrap();
+        let UnitRecipe::Flat {
+            source,
+            needed,
+            layouts,
+        } = &recipe
+        else {
+            panic!("a flat copy");
+        };
+        assert_eq!((*source, *needed), (x, 32));
+        assert_eq!(layouts.len(), 2);
+        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+    }
+
+    #[test]
+    fn members_not_known_to_share_one_storage_cannot_be_made_from_one_copy() {
+        let why = |g: &Graph, x, y| Context::new(g).unit_recipe(&[x, y]).err().unwrap();
+        let (g, x, y) = two_inputs(None, None, "float32");
+        assert_eq!(
+            why(&g, x, y),
+            "its arguments that share memory cannot be made again from one copy: they have no \
+             common view source, and their storage is not known to be one"
+        );
+        let (g, x, y) = two_inputs(Some(7), Some(8), "float32");
+        assert!(why(&g, x, y).ends_with("their storage is not known to be one"));
+        let (g, x, y) = two_inputs(Some(7), Some(7), "bfloat16");
+        assert!(why(&g, x, y).ends_with("they differ in dtype"));
+    }
+
+    #[test]
+    fn slots_holding_one_tensor_are_one_member() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, Some(&[&["out", "x"]]));
+        let g = b.output(&[nt]);
+        let af = NodeId(nt.0 - 1);
+        let mut cx = Context::new(&g);
+        for i in 0..af.idx() {
+            cx.step(nid(i));
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        let sharing = cx.sharing(&call).unwrap();
+        // `out` and `x` are both `t`.
+        assert_eq!(cx.unit_members(&call, &sharing, 0), [t]);
+    }
+}
