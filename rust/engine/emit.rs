@@ -5,6 +5,7 @@
 //! entry ([`Context::node_report`], the one constructor of a `NodeReport`).
 //! The blocks an out= call shares (`out_call.rs`) are here too.
 
+use super::mutation::Decided;
 use super::*;
 
 impl Context<'_> {
@@ -55,10 +56,14 @@ impl Context<'_> {
         call: &MutationCall,
         rule: &'static str,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
-        moved: &BTreeSet<NodeId>,
-        chains: &[writeback::ScatterChain],
+        decided: &Decided,
     ) {
+        let Decided {
+            clone,
+            recipes,
+            moved,
+            chains,
+        } = decided;
         let af = call.node;
         let event = self.next_event;
         self.next_event += 1;
@@ -70,7 +75,7 @@ impl Context<'_> {
         }
         // Buffers: the real one, or one copy per unit, every member of the
         // unit (written or read) made again from it.
-        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone);
+        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone, recipes);
         let arg_val = self.emit_written_args(call, &buf_val, clone);
         let call_id = self.emit_inplace_call(call, &arg_val, &read_val);
         let binds = result_binds(call, sharing, clone, event);

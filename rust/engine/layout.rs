@@ -13,6 +13,7 @@ pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<
 }
 
 /// The layout a clone of a node must reproduce.
+#[derive(Clone, Debug)]
 pub(super) enum CloneLayout {
     /// Every size and stride and the storage offset are known numbers.
     Static {
@@ -119,6 +120,7 @@ pub(super) type Replay = (Callee, Vec<PlanArg>, Vec<(String, PlanArg)>);
 /// layout [`clone_layout`] gives), then the graph's own view nodes `chain`
 /// (outermost first) replayed on it. The chain is empty unless the node's
 /// storage offset is symbolic: its view source's may not be.
+#[derive(Clone, Debug)]
 pub(super) struct CloneSource {
     pub(super) anchor: NodeId,
     pub(super) layout: CloneLayout,
@@ -299,24 +301,19 @@ impl Context<'_> {
     /// kernels read raw strides. Symbolic sizes and strides are read at run
     /// time with `sym_size` / `sym_stride`; a symbolic storage offset is
     /// reached by copying a view source of `node` and applying the view
-    /// nodes again ([`Context::clone_source`]). The caller has checked
-    /// [`Context::clone_source`].
-    pub(super) fn exact_clone(&mut self, af: NodeId, base: ValueRef, node: NodeId) -> NewId {
-        let Ok(CloneSource {
+    /// nodes again: `source` is [`Context::clone_source`] of `node`, which
+    /// the unit's recipe holds (no clone is emitted without one).
+    pub(super) fn exact_clone(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        source: &CloneSource,
+    ) -> NewId {
+        let CloneSource {
             anchor,
             layout,
             chain,
-        }) = self.clone_source(node)
-        else {
-            // Unreachable after `unclonable`; a plain clone keeps the values.
-            return self.insert(
-                af,
-                Callee::Aten("aten::clone.default"),
-                vec![PlanArg::Ref(base)],
-                vec![],
-                MetaSource::Compute,
-            );
-        };
+        } = source.clone();
         let base = if chain.is_empty() {
             base
         } else {

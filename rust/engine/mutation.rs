@@ -1,6 +1,7 @@
 //! The shared safety analysis of a generic mutating call (v1 and v2):
 //! per written buffer, re-inplace, move readers, or clone, and why.
 
+use super::unit_clone::UnitRecipe;
 use super::*;
 
 /// The changes to the walk's state that deciding a call makes before it
@@ -21,6 +22,18 @@ struct Tentative {
     links: LinkUndo,
     /// The v1 write-back chains the call makes no-ops.
     chains: Vec<writeback::ScatterChain>,
+}
+
+/// What deciding a call settled, for [`Context::emit_mutation`].
+pub(super) struct Decided {
+    /// Per buffer, the note of its clone, or `None` when written in place.
+    pub(super) clone: Vec<Option<CloneNote>>,
+    /// How each unit with a clone is copied, by unit.
+    pub(super) recipes: Vec<(usize, UnitRecipe)>,
+    /// Readers moved ahead of the call.
+    pub(super) moved: BTreeSet<NodeId>,
+    /// The v1 write-back chains the call makes no-ops.
+    pub(super) chains: Vec<writeback::ScatterChain>,
 }
 
 impl Tentative {
@@ -49,19 +62,21 @@ impl Context<'_> {
         };
         let mut tentative = Tentative::default();
         let clone = self.decide_clones(call, &sharing, &mut tentative);
-        if let Some(reason) = self.unclonable(call, &sharing, &clone) {
-            // Nothing is emitted for a node left alone.
-            self.roll_back(tentative);
-            return Outcome::Left(reason);
-        }
-        self.emit_mutation(
-            call,
-            rule,
-            &sharing,
-            &clone,
-            &tentative.moved,
-            &tentative.chains,
-        );
+        let recipes = match self.unit_recipes(call, &sharing, &clone) {
+            Ok(recipes) => recipes,
+            Err(reason) => {
+                // Nothing is emitted for a node left alone.
+                self.roll_back(tentative);
+                return Outcome::Left(reason);
+            }
+        };
+        let decided = Decided {
+            clone,
+            recipes,
+            moved: tentative.moved,
+            chains: tentative.chains,
+        };
+        self.emit_mutation(call, rule, &sharing, &decided);
         Outcome::Rewritten
     }
 
@@ -180,26 +195,34 @@ impl Context<'_> {
         self.restore_links(tentative.links);
     }
 
-    /// The reason a unit that must be cloned cannot be, if any: a clone
-    /// must reproduce the exact layout of every value it stands for, which
-    /// needs at least the rank and a static storage offset (the value's own,
-    /// or that of a view source the clone is cut from again), and the
-    /// members of a unit must be made again from one copy.
-    pub(super) fn unclonable(
+    /// How each unit with a clone is copied (by unit), or the reason one
+    /// cannot be: a clone must reproduce the exact layout of every value it
+    /// stands for, which needs at least the rank and a static storage
+    /// offset (the value's own, or that of a view source the clone is cut
+    /// from again), and the members of a unit must be made again from one
+    /// copy.
+    pub(super) fn unit_recipes(
         &self,
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneNote>],
-    ) -> Option<String> {
-        clone.iter().enumerate().find_map(|(b, note)| {
-            note.as_ref()?;
-            let members = self.unit_members(call, sharing, sharing.unit_of_buffer[b]);
-            let why = self.unit_recipe(&members).err()?;
-            Some(format!(
-                "{} needs a clone with its exact layout, but {why}",
-                call.buffers[b].label
-            ))
-        })
+    ) -> std::result::Result<Vec<(usize, UnitRecipe)>, String> {
+        let mut recipes: Vec<(usize, UnitRecipe)> = Vec::new();
+        for (b, note) in clone.iter().enumerate() {
+            let u = sharing.unit_of_buffer[b];
+            if note.is_none() || recipes.iter().any(|(ru, _)| *ru == u) {
+                continue;
+            }
+            let members = self.unit_members(call, sharing, u);
+            let recipe = self.unit_recipe(&members).map_err(|why| {
+                format!(
+                    "{} needs a clone with its exact layout, but {why}",
+                    call.buffers[b].label
+                )
+            })?;
+            recipes.push((u, recipe));
+        }
+        Ok(recipes)
     }
 
     /// The first node found that reads the memory of one of `values`

@@ -4,7 +4,7 @@
 //! is made again from that copy with its own layout. One clone per member
 //! would split the sharing the kernel saw in eager.
 
-use super::layout::{replayable_view, Replay};
+use super::layout::{replayable_view, CloneSource, Replay};
 use super::*;
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
@@ -18,13 +18,14 @@ pub(super) type EmittedBuffers = (
 
 /// How the members of a cloned unit are made from one copy.
 pub(super) enum UnitRecipe {
-    /// One member: an exact clone of it.
-    Single(NodeId),
-    /// An exact clone of `anchor`, a view source of every member (or a
-    /// member itself); each member is its graph view nodes from the anchor,
-    /// applied again to the copy (outermost first).
+    /// One member: an exact clone of it, made as `source` says.
+    Single { node: NodeId, source: CloneSource },
+    /// An exact clone of `anchor` (made as `source` says), a view source of
+    /// every member (or a member itself); each member is its graph view
+    /// nodes from the anchor, applied again to the copy (outermost first).
     Ancestor {
         anchor: NodeId,
+        source: CloneSource,
         paths: Vec<(NodeId, Vec<Replay>)>,
     },
     /// Members related only through their storage: the first `needed`
@@ -66,8 +67,11 @@ impl Context<'_> {
         members: &[NodeId],
     ) -> std::result::Result<UnitRecipe, String> {
         if let [only] = members {
-            self.clone_source(*only)?;
-            return Ok(UnitRecipe::Single(*only));
+            let source = self.clone_source(*only)?;
+            return Ok(UnitRecipe::Single {
+                node: *only,
+                source,
+            });
         }
         match self.common_view_source(members) {
             Ok(recipe) => Ok(recipe),
@@ -116,7 +120,8 @@ impl Context<'_> {
                     .find(|a| chains.iter().all(|c| c.contains(a)))
             })
             .ok_or("they have no common view source")?;
-        self.clone_source(anchor)
+        let source = self
+            .clone_source(anchor)
             .map_err(|why| format!("their common view source cannot be cloned: {why}"))?;
         let mut paths = Vec::new();
         for (m, chain) in members.iter().zip(&chains) {
@@ -142,7 +147,11 @@ impl Context<'_> {
             }
             paths.push((*m, replays));
         }
-        Ok(UnitRecipe::Ancestor { anchor, paths })
+        Ok(UnitRecipe::Ancestor {
+            anchor,
+            source,
+            paths,
+        })
     }
 
     /// True when the static layout of `v` needs no storage element past
@@ -199,7 +208,9 @@ impl Context<'_> {
                 .and_then(crate::ir::TensorMeta::nbytes)
         };
         match recipe {
-            UnitRecipe::Single(n) | UnitRecipe::Ancestor { anchor: n, .. } => nbytes(*n),
+            UnitRecipe::Single { node: n, .. } | UnitRecipe::Ancestor { anchor: n, .. } => {
+                nbytes(*n)
+            }
             UnitRecipe::Flat { source, needed, .. } => {
                 let item = self.graph.node(*source).meta.as_ref()?.itemsize;
                 u64::try_from(*needed).ok()?.checked_mul(u64::from(item))
@@ -215,13 +226,17 @@ impl Context<'_> {
         recipe: &UnitRecipe,
     ) -> Vec<(NodeId, ValueRef)> {
         match recipe {
-            UnitRecipe::Single(n) => {
-                let base = self.resolve(*n);
-                vec![(*n, ValueRef::New(self.exact_clone(af, base, *n)))]
+            UnitRecipe::Single { node, source } => {
+                let base = self.resolve(*node);
+                vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
             }
-            UnitRecipe::Ancestor { anchor, paths } => {
+            UnitRecipe::Ancestor {
+                anchor,
+                source,
+                paths,
+            } => {
                 let base = self.resolve(*anchor);
-                let copy = ValueRef::New(self.exact_clone(af, base, *anchor));
+                let copy = ValueRef::New(self.exact_clone(af, base, source));
                 let mut out = Vec::new();
                 for (m, replays) in paths {
                     let mut v = copy;
@@ -294,6 +309,7 @@ impl Context<'_> {
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneNote>],
+        recipes: &[(usize, UnitRecipe)],
     ) -> EmittedBuffers {
         let nb = call.buffers.len();
         let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
@@ -308,14 +324,12 @@ impl Context<'_> {
                 continue;
             }
             let u = sharing.unit_of_buffer[b];
-            let members = self.unit_members(call, sharing, u);
-            // `unclonable` has checked the recipe; a plain copy of the buffer
-            // alone keeps the values should it not hold.
-            let recipe = self
-                .unit_recipe(&members)
-                .unwrap_or(UnitRecipe::Single(call.buffers[b].node));
-            unit_bytes.push((u, self.recipe_bytes(&recipe)));
-            let made = self.emit_unit_clone(call.node, &recipe);
+            let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
+                debug_assert!(false, "a cloned unit with no recipe");
+                continue;
+            };
+            unit_bytes.push((u, self.recipe_bytes(recipe)));
+            let made = self.emit_unit_clone(call.node, recipe);
             let value_of = |cx: &Self, n: NodeId| {
                 made.iter()
                     .find(|(m, _)| cx.resolve(*m) == cx.resolve(n))
@@ -434,7 +448,7 @@ mod tests {
         let g = b.output(&[x]);
         let cx = Context::new(&g);
         let recipe = cx.unit_recipe(&[x]).unwrap();
-        assert!(matches!(recipe, UnitRecipe::Single(n) if n == x));
+        assert!(matches!(recipe, UnitRecipe::Single { node, .. } if node == x));
         // A [4, 8] float32 copy.
         assert_eq!(cx.recipe_bytes(&recipe), Some(128));
     }
@@ -449,7 +463,7 @@ mod tests {
         let g = b.output(&[top, bottom]);
         let mut cx = Context::new(&g);
         let recipe = cx.unit_recipe(&[top, bottom]).unwrap();
-        let UnitRecipe::Ancestor { anchor, paths } = &recipe else {
+        let UnitRecipe::Ancestor { anchor, paths, .. } = &recipe else {
             panic!("one copy of the common source");
         };
         assert_eq!(*anchor, t);
