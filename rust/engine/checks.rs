@@ -215,7 +215,7 @@ impl Context<'_> {
     /// class `root` written in place by `af`: a graph input may change only
     /// where the graph writes it back after the call.
     pub(super) fn input_must_not_change(&self, root: usize, af: NodeId) -> Option<CloneReason> {
-        match self.inputs[root].as_slice() {
+        match self.classes.inputs[root].as_slice() {
             [] => None,
             [x] => self
                 .write_back_after(*x, af)
@@ -229,7 +229,7 @@ impl Context<'_> {
     /// when the class holds one input and the graph writes it back after
     /// `af` (where [`Self::input_must_not_change`] gives no reason).
     pub(super) fn write_back_cut(&self, root: usize, af: NodeId) -> Option<(NodeId, i64)> {
-        let [x] = self.inputs[root].as_slice() else {
+        let [x] = self.classes.inputs[root].as_slice() else {
             return None;
         };
         self.write_back_after(*x, af).map(|c| (*x, c))
@@ -321,7 +321,7 @@ mod tests {
 
     /// The class of buffer 0 of `call`.
     fn class_of(cx: &mut Context<'_>, call: &MutationCall) -> usize {
-        cx.find(call.buffers[0].node)
+        cx.classes.find(call.buffers[0].node)
     }
 
     #[test]
@@ -431,7 +431,7 @@ mod tests {
         );
         assert_eq!(cx.write_back_cut(root, on_y), None);
         // Two inputs in one class.
-        cx.union(x, y);
+        cx.classes.union(x, y);
         let root = class_of(&mut cx, &call);
         assert_eq!(
             cx.input_must_not_change(root, on_y),

@@ -212,14 +212,14 @@ impl Context<'_> {
         let mut touched: Vec<usize> = Vec::new();
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
-                let r = self.find(b.node);
+                let r = self.classes.find(b.node);
                 if !touched.contains(&r) {
                     touched.push(r);
                 }
             }
         }
         for r in touched {
-            self.latest[r] = event;
+            self.classes.latest[r] = event;
         }
         let p = self.pos[call.node.idx()];
         for (bi, b) in call.buffers.iter().enumerate() {

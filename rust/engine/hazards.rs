@@ -17,7 +17,7 @@ impl Context<'_> {
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos[af.idx()];
-        let members = std::mem::take(&mut self.members[root]);
+        let members = std::mem::take(&mut self.classes.members[root]);
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
         for m in members {
@@ -54,7 +54,7 @@ impl Context<'_> {
                 true
             });
         }
-        self.members[root] = kept;
+        self.classes.members[root] = kept;
         found
     }
 

@@ -41,6 +41,7 @@ use crate::plan::{
 };
 
 mod checks;
+mod classes;
 mod emit;
 mod hazards;
 mod hold_back;
@@ -56,6 +57,7 @@ mod writeback;
 mod written_args;
 
 use checks::CloneReason;
+use classes::StorageClasses;
 use layout::{required_storage, strided_layout};
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
@@ -138,14 +140,8 @@ pub struct Context<'g> {
     /// a node moved ahead of the call at position `p` gets `p - 1`, so it
     /// sorts after everything originally before the call and before it.
     pos: Vec<i64>,
-    /// Union-find parent of each node's storage class (`storage.rs`).
-    parent: Vec<u32>,
-    /// Per class root, the nodes of the class still read later.
-    members: Vec<Vec<NodeId>>,
-    /// Per class root, the graph inputs in the class.
-    inputs: Vec<Vec<NodeId>>,
-    /// Per class root, the newest version (event) of its memory.
-    latest: Vec<u32>,
+    /// The storage classes of the rewritten program (`classes.rs`).
+    classes: StorageClasses,
     /// Per node, the version of its class's memory the node's value holds.
     ver: Vec<u32>,
     /// Per node, how its geometry derives from another node's (`Link`).
@@ -263,12 +259,7 @@ impl<'g> Context<'g> {
             uses,
             last_read,
             pos: (0..n).map(|i| 2 * i as i64).collect(),
-            parent: (0..n)
-                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
-                .collect(),
-            members: vec![Vec::new(); n],
-            inputs: vec![Vec::new(); n],
-            latest: vec![0; n],
+            classes: StorageClasses::new(n),
             ver: vec![0; n],
             link: vec![Link::Root; n],
             writeback,

@@ -109,7 +109,7 @@ impl Context<'_> {
         };
         let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
         for b in 0..nb {
-            let r = self.find(call.buffers[b].node);
+            let r = self.classes.find(call.buffers[b].node);
             match classes.iter_mut().find(|(cr, _)| *cr == r) {
                 Some((_, v)) => v.push(b),
                 None => classes.push((r, vec![b])),

@@ -233,11 +233,15 @@ impl Context<'_> {
     /// the program too, since functionalization made it from eager's tensors.
     fn sharing_pairs(&mut self, call: &MutationCall) -> Vec<(Slot, Slot)> {
         let nb = call.buffers.len();
-        let roots: Vec<usize> = call.buffers.iter().map(|b| self.find(b.node)).collect();
+        let roots: Vec<usize> = call
+            .buffers
+            .iter()
+            .map(|b| self.classes.find(b.node))
+            .collect();
         let mut pairs = Vec::new();
         for b in 0..nb {
             for (r, &(_, rn)) in call.read_nodes.iter().enumerate() {
-                if self.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
+                if self.classes.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
                     pairs.push((Slot::Buffer(b), Slot::Read(r)));
                 }
             }

@@ -39,9 +39,9 @@ impl Context<'_> {
         let role = self.roles[i].clone();
         let mut storage_union = true;
         match role {
-            Role::Input => self.inputs[i].push(id),
+            Role::Input => self.classes.inputs[i].push(id),
             Role::View { src, step, .. } => {
-                self.union(id, src);
+                self.classes.union(id, src);
                 self.ver[i] = self.ver[src.idx()];
                 self.link[i] = match step {
                     None => Link::Same(self.same_target(src)),
@@ -52,10 +52,10 @@ impl Context<'_> {
                 let mut ops = Vec::new();
                 self.graph.node(id).for_each_operand(|o| ops.push(o));
                 for o in ops {
-                    self.union(id, o);
+                    self.classes.union(id, o);
                 }
-                let r = self.find(id);
-                self.ver[i] = self.latest[r];
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
             }
             Role::OtherMutation { written } => {
                 // Writing arguments in place makes them share no memory
@@ -68,11 +68,11 @@ impl Context<'_> {
                 // inside the input's own memory.
                 if returns_an_alias(self.graph, id) {
                     for w in written {
-                        self.union(id, w);
+                        self.classes.union(id, w);
                     }
                 }
-                let r = self.find(id);
-                self.ver[i] = self.latest[r];
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
             }
             Role::AutoFunctionalized => {
                 self.plan_af(id);
@@ -93,7 +93,7 @@ impl Context<'_> {
             }
             Role::Scatter { .. } => {
                 if let Some(&(base, event)) = self.scatter_binds.get(&id) {
-                    self.union(id, base);
+                    self.classes.union(id, base);
                     self.ver[i] = event;
                     self.link[i] = Link::Same(self.same_target(base));
                     storage_union = false;
@@ -108,8 +108,8 @@ impl Context<'_> {
         if storage_union {
             self.union_by_storage_key(id);
         }
-        let r = self.find(id);
-        self.members[r].push(id);
+        let r = self.classes.find(id);
+        self.classes.members[r].push(id);
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {
@@ -118,9 +118,9 @@ impl Context<'_> {
         };
         match self.storage_keys.get(&key).copied() {
             Some(first) => {
-                let r = self.union(id, first);
+                let r = self.classes.union(id, first);
                 if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                    self.ver[id.idx()] = self.latest[r];
+                    self.ver[id.idx()] = self.classes.latest[r];
                 }
             }
             None => {
@@ -133,12 +133,12 @@ impl Context<'_> {
         let i = id.idx();
         match bind {
             Some(Bind::Buffer { node, event }) => {
-                self.union(id, node);
+                self.classes.union(id, node);
                 self.ver[i] = event;
                 self.link[i] = Link::Same(self.same_target(node));
             }
             Some(Bind::Alias { node, event }) => {
-                self.union(id, node);
+                self.classes.union(id, node);
                 self.ver[i] = event;
             }
             Some(Bind::Clone { key, of }) => {
@@ -146,9 +146,9 @@ impl Context<'_> {
                 self.bind_clone(id, key);
             }
             Some(Bind::Tensor) => {
-                self.union(id, af);
-                let r = self.find(id);
-                self.ver[i] = self.latest[r];
+                self.classes.union(id, af);
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
                 self.link[i] = Link::Root;
             }
             Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
@@ -158,7 +158,7 @@ impl Context<'_> {
     fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
         match self.clone_reps.get(&key).copied() {
             Some(rep) => {
-                self.union(id, rep);
+                self.classes.union(id, rep);
                 self.link[id.idx()] = Link::Same(self.same_target(rep));
             }
             None => {
@@ -254,11 +254,11 @@ mod tests {
         let g = b.output(&[before, nt]);
         let mut cx = Context::new(&g);
         cx.run();
-        assert_eq!(cx.find(nt), cx.find(t));
+        assert_eq!(cx.classes.find(nt), cx.classes.find(t));
         assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
         assert_eq!(cx.geometry(nt), cx.geometry(t));
         // The call's own slot is not a value: only its getitems are bound.
-        assert_ne!(cx.find(af), cx.find(t));
+        assert_ne!(cx.classes.find(af), cx.classes.find(t));
     }
 
     #[test]
@@ -271,7 +271,7 @@ mod tests {
         let g = b.output(&[nx]);
         let mut cx = Context::new(&g);
         cx.run();
-        assert_ne!(cx.find(nx), cx.find(x));
+        assert_ne!(cx.classes.find(nx), cx.classes.find(x));
         assert_eq!(cx.same_layout.get(&nx), Some(&x));
     }
 }

@@ -82,7 +82,9 @@ impl Context<'_> {
         }
         let x = self.graph.node(offset).args.first()?.as_node()?;
         let base = call.buffers[buffer].node;
-        if !matches!(self.roles[x.idx()], Role::View { .. }) || self.find(x) != self.find(base) {
+        if !matches!(self.roles[x.idx()], Role::View { .. })
+            || self.classes.find(x) != self.classes.find(base)
+        {
             return None;
         }
         let size = match self.graph.node(call.node).kwarg(&keys[0])? {
