@@ -153,7 +153,8 @@ impl Context<'_> {
         call: &MutationCall,
         b: usize,
     ) -> Option<CloneReason> {
-        self.foreign
+        self.writers
+            .foreign
             .contains(&structural_root(&self.roles, call.buffers[b].node))
             .then_some(CloneReason::WrittenByAnotherOperator)
     }
@@ -192,7 +193,7 @@ impl Context<'_> {
         if self.graph.node(first).op != OpCode::Placeholder {
             return None;
         }
-        let copy = *self.writeback.get(&first)?;
+        let copy = *self.writers.writeback.get(&first)?;
         let Role::InputWriteBack { src, .. } = self.roles[copy.idx()] else {
             return None;
         };
@@ -237,7 +238,7 @@ impl Context<'_> {
 
     /// The position of input `x`'s write-back when it comes after `af`.
     fn write_back_after(&self, x: NodeId, af: NodeId) -> Option<i64> {
-        let c = *self.writeback.get(&x)?;
+        let c = *self.writers.writeback.get(&x)?;
         (self.pos[c.idx()] > self.pos[af.idx()]).then_some(self.pos[c.idx()])
     }
 
@@ -253,7 +254,7 @@ impl Context<'_> {
         (x, cut): (NodeId, i64),
         chain: Option<&writeback::ScatterChain>,
     ) -> Option<CloneReason> {
-        let copy = self.writeback.get(&x).copied();
+        let copy = self.writers.writeback.get(&x).copied();
         let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
             Role::InputWriteBack { src, .. } => Some(src),
             _ => None,

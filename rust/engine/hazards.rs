@@ -211,7 +211,7 @@ impl Context<'_> {
         // Moved ahead of the call, `n` would also come before every node
         // between the two: an in-place write there of memory `n` reads would
         // then happen after it, not before.
-        if self.writers_before[n.idx()] != self.writers_before[af.idx() + 1] {
+        if self.writers.between(n, af) {
             return false;
         }
         set.insert(n);

@@ -54,6 +54,7 @@ mod storage;
 mod unit_clone;
 mod walk;
 mod writeback;
+mod writers;
 mod written_args;
 
 use checks::CloneReason;
@@ -62,6 +63,7 @@ use layout::{required_storage, strided_layout};
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
 use walk::Bind;
+use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
 /// cheaper to reason about than a long reordering.
@@ -146,15 +148,8 @@ pub struct Context<'g> {
     ver: Vec<u32>,
     /// Per node, how its geometry derives from another node's (`Link`).
     link: Vec<Link>,
-    /// Graph input -> its `copy_` write-back epilogue (the first one).
-    writeback: HashMap<NodeId, NodeId>,
-    /// Roots of memory that an in-place operator already in the graph writes:
-    /// never re-inplaced into (the engine does not order against them).
-    foreign: HashSet<NodeId>,
-    /// Per node index `i`, how many in-place writers already in the graph
-    /// (`copy_` write-backs and other mutating calls) stand before node `i`:
-    /// a reader moved ahead of a call must not cross one (`hazards.rs`).
-    writers_before: Vec<u32>,
+    /// The in-place writers already in the graph (`writers.rs`).
+    writers: Writers,
     /// Per planned auto_functionalized node, what each result slot stands
     /// for; read when the walk reaches its getitems.
     binds: HashMap<NodeId, Vec<Bind>>,
@@ -230,28 +225,7 @@ impl<'g> Context<'g> {
         let uses = Uses::build(graph);
         let last_read = last_reads(&roles, &uses);
         let n = graph.len();
-        let mut writeback = HashMap::default();
-        let mut foreign = HashSet::default();
-        let mut writers_before = Vec::with_capacity(n + 1);
-        writers_before.push(0);
-        for (i, role) in roles.iter().enumerate() {
-            let writes = matches!(
-                role,
-                Role::InputWriteBack { .. } | Role::OtherMutation { .. }
-            );
-            writers_before.push(writers_before[i] + u32::from(writes));
-            match role {
-                Role::InputWriteBack { dst, .. } => {
-                    writeback.entry(*dst).or_insert(nid(i));
-                }
-                Role::OtherMutation { written } => {
-                    for &w in written {
-                        foreign.insert(structural_root(&roles, w));
-                    }
-                }
-                _ => {}
-            }
-        }
+        let writers = Writers::of(&roles);
         Self {
             graph,
             roles,
@@ -262,9 +236,7 @@ impl<'g> Context<'g> {
             classes: StorageClasses::new(n),
             ver: vec![0; n],
             link: vec![Link::Root; n],
-            writeback,
-            foreign,
-            writers_before,
+            writers,
             binds: HashMap::default(),
             scatter_binds: HashMap::default(),
             clone_reps: HashMap::default(),
