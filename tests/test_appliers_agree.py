@@ -1,9 +1,10 @@
 """The command line tool prints and rewrites saved graphs in Rust (its own
-FX printer, namer and applier, so that it never imports torch on `.fxir`
-files). Those must agree with torch's: on graphs saved from real compiles,
-`fxrewrite show` prints what `str(graph)` prints, and `fxrewrite rewrite`
-gives the graph the pass gives on the live FX graph (Python applier, FX's
-own namer), node for node and name for name."""
+FX printer and namer, and the one applier through its IR editor, so that it
+never imports torch on `.fxir` files). Those must agree with torch's: on
+graphs saved from real compiles, `fxrewrite show` prints what `str(graph)`
+prints, and `fxrewrite rewrite` gives the graph the pass gives on the live FX
+graph (the same applier through the FX editor, FX's own namer), node for node
+and name for name."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ impl Context<'_> {
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos[af.idx()];
-        let members = std::mem::take(&mut self.members[root]);
+        let members = std::mem::take(&mut self.classes.members[root]);
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
         for m in members {
@@ -54,7 +54,7 @@ impl Context<'_> {
                 true
             });
         }
-        self.members[root] = kept;
+        self.classes.members[root] = kept;
         found
     }
 
@@ -211,7 +211,7 @@ impl Context<'_> {
         // Moved ahead of the call, `n` would also come before every node
         // between the two: an in-place write there of memory `n` reads would
         // then happen after it, not before.
-        if self.writers_before[n.idx()] != self.writers_before[af.idx() + 1] {
+        if self.writers.between(n, af) {
             return false;
         }
         set.insert(n);

@@ -1,4 +1,8 @@
-//! The layout a clone must reproduce, from a node's metadata.
+//! The layout a clone must reproduce, from a node's metadata, and the
+//! emission of an exact clone with it (a flat copy of the storage viewed
+//! back with the layout: [`Context::exact_clone`]). A clone of several
+//! slots that shared memory in the program is one copy made by
+//! `unit_clone.rs` from these.
 
 use super::*;
 
@@ -9,6 +13,7 @@ pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<
 }
 
 /// The layout a clone of a node must reproduce.
+#[derive(Clone, Debug)]
 pub(super) enum CloneLayout {
     /// Every size and stride and the storage offset are known numbers.
     Static {
@@ -115,6 +120,7 @@ pub(super) type Replay = (Callee, Vec<PlanArg>, Vec<(String, PlanArg)>);
 /// layout [`clone_layout`] gives), then the graph's own view nodes `chain`
 /// (outermost first) replayed on it. The chain is empty unless the node's
 /// storage offset is symbolic: its view source's may not be.
+#[derive(Clone, Debug)]
 pub(super) struct CloneSource {
     pub(super) anchor: NodeId,
     pub(super) layout: CloneLayout,
@@ -285,6 +291,136 @@ impl Context<'_> {
             ),
             _ => return None,
         })
+    }
+
+    /// Emits a copy of `base` (the value of `node`) with exactly its size,
+    /// stride and storage offset, as torch's `clone_preserve_strides` does:
+    /// the storage is copied as a flat 1-d buffer and viewed back with the
+    /// original layout. A plain `clone` is not enough: Inductor picks the
+    /// clone's strides itself (any stride for a size-1 dimension), and real
+    /// kernels read raw strides. Symbolic sizes and strides are read at run
+    /// time with `sym_size` / `sym_stride`; a symbolic storage offset is
+    /// reached by copying a view source of `node` and applying the view
+    /// nodes again: `source` is [`Context::clone_source`] of `node`, which
+    /// the unit's recipe holds (no clone is emitted without one).
+    pub(super) fn exact_clone(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        source: &CloneSource,
+    ) -> NewId {
+        let CloneSource {
+            anchor,
+            layout,
+            chain,
+        } = source.clone();
+        let base = if chain.is_empty() {
+            base
+        } else {
+            self.resolve(anchor)
+        };
+        let (size, stride, offset, needed) = match layout {
+            CloneLayout::Static {
+                size,
+                stride,
+                offset,
+            } => {
+                let needed = required_storage(&size, &stride, offset);
+                (
+                    PlanArg::IntList(size),
+                    PlanArg::IntList(stride),
+                    PlanArg::Int(offset),
+                    PlanArg::Int(needed),
+                )
+            }
+            CloneLayout::Symbolic { rank, offset } => self.symbolic_layout(af, base, rank, offset),
+        };
+        let flat = self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![
+                PlanArg::Ref(base),
+                match needed {
+                    PlanArg::Int(n) => PlanArg::IntList(vec![n]),
+                    symbolic => PlanArg::List(vec![symbolic]),
+                },
+                PlanArg::IntList(vec![1]),
+                PlanArg::Int(0),
+            ],
+            vec![],
+            MetaSource::Compute,
+        );
+        let copy = self.insert(
+            af,
+            Callee::Aten("aten::clone.default"),
+            vec![PlanArg::Ref(ValueRef::New(flat))],
+            vec![],
+            MetaSource::Compute,
+        );
+        let mut out = self.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
+            vec![],
+            MetaSource::Compute,
+        );
+        for (callee, rest, kwargs) in chain {
+            let mut args = vec![PlanArg::Ref(ValueRef::New(out))];
+            args.extend(rest);
+            out = self.insert(af, callee, args, kwargs, MetaSource::Compute);
+        }
+        out
+    }
+
+    /// Sizes, strides, storage offset and required storage length of `base`
+    /// as run-time values: `sym_size` / `sym_stride` per dimension and the
+    /// `offset + 1 + sum((size - 1) * stride)` of
+    /// `torch._prims_common.compute_required_storage_length`. Symbolic
+    /// dimensions are at least 2 under Inductor's shape environment, so the
+    /// zero-size case of that function cannot arise for them.
+    pub(super) fn symbolic_layout(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        rank: u32,
+        offset: i64,
+    ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
+        let mut sizes = Vec::new();
+        let mut strides = Vec::new();
+        let mut needed = PlanArg::Int(offset + 1);
+        for d in 0..i64::from(rank) {
+            let query = |cx: &mut Self, op: &'static str| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Aten(op),
+                    vec![PlanArg::Ref(base), PlanArg::Int(d)],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let size = query(self, "aten::sym_size.int");
+            let stride = query(self, "aten::sym_stride.int");
+            let arith = |cx: &mut Self, op: &'static str, a: PlanArg, b: PlanArg| {
+                PlanArg::Ref(ValueRef::New(cx.insert(
+                    af,
+                    Callee::Operator(op),
+                    vec![a, b],
+                    vec![],
+                    MetaSource::Compute,
+                )))
+            };
+            let last = arith(self, "sub", size.clone(), PlanArg::Int(1));
+            let extent = arith(self, "mul", last, stride.clone());
+            needed = arith(self, "add", needed, extent);
+            sizes.push(size);
+            strides.push(stride);
+        }
+        (
+            PlanArg::List(sizes),
+            PlanArg::List(strides),
+            PlanArg::Int(offset),
+            needed,
+        )
     }
 }
 

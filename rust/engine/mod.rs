@@ -40,20 +40,30 @@ use crate::plan::{
     Report, ValueRef,
 };
 
+mod checks;
+mod classes;
 mod emit;
 mod hazards;
 mod hold_back;
 mod layout;
 mod mutation;
+mod out_call;
 mod realize;
 mod sharing;
 mod storage;
 mod unit_clone;
+mod walk;
 mod writeback;
+mod writers;
+mod written_args;
 
-use layout::{required_storage, strided_layout, CloneLayout, CloneSource};
+use checks::CloneReason;
+use classes::StorageClasses;
+use layout::{required_storage, strided_layout};
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
+use walk::Bind;
+use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
 /// cheaper to reason about than a long reordering.
@@ -71,24 +81,6 @@ enum Link {
 /// the planner then drops leaves no trace (`Context::restore_links`).
 #[derive(Debug, Default)]
 struct LinkUndo(Vec<(NodeId, Link)>);
-
-/// What a result of a planned auto_functionalized node stands for.
-#[derive(Clone, Debug)]
-enum Bind {
-    /// The memory of `node`, at version `event`, with its geometry.
-    Buffer { node: NodeId, event: u32 },
-    /// A clone made by the plan of buffer `of`, with its layout; results
-    /// bound to the same clone share memory.
-    Clone { key: (NodeId, usize), of: NodeId },
-    /// A view of `node`'s memory at version `event` with unknown geometry.
-    Alias { node: NodeId, event: u32 },
-    /// A fresh tensor.
-    Fresh,
-    /// A written list, element by element.
-    List(Vec<Option<Bind>>),
-    /// The node is itself a tensor (out= with one return); getitems index it.
-    Tensor,
-}
 
 /// What planning did with an auto_functionalized node.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,27 +142,14 @@ pub struct Context<'g> {
     /// a node moved ahead of the call at position `p` gets `p - 1`, so it
     /// sorts after everything originally before the call and before it.
     pos: Vec<i64>,
-    /// Union-find parent of each node's storage class (`storage.rs`).
-    parent: Vec<u32>,
-    /// Per class root, the nodes of the class still read later.
-    members: Vec<Vec<NodeId>>,
-    /// Per class root, the graph inputs in the class.
-    inputs: Vec<Vec<NodeId>>,
-    /// Per class root, the newest version (event) of its memory.
-    latest: Vec<u32>,
+    /// The storage classes of the rewritten program (`classes.rs`).
+    classes: StorageClasses,
     /// Per node, the version of its class's memory the node's value holds.
     ver: Vec<u32>,
     /// Per node, how its geometry derives from another node's (`Link`).
     link: Vec<Link>,
-    /// Graph input -> its `copy_` write-back epilogue (the first one).
-    writeback: HashMap<NodeId, NodeId>,
-    /// Roots of memory that an in-place operator already in the graph writes:
-    /// never re-inplaced into (the engine does not order against them).
-    foreign: HashSet<NodeId>,
-    /// Per node index `i`, how many in-place writers already in the graph
-    /// (`copy_` write-backs and other mutating calls) stand before node `i`:
-    /// a reader moved ahead of a call must not cross one (`hazards.rs`).
-    writers_before: Vec<u32>,
+    /// The in-place writers already in the graph (`writers.rs`).
+    writers: Writers,
     /// Per planned auto_functionalized node, what each result slot stands
     /// for; read when the walk reaches its getitems.
     binds: HashMap<NodeId, Vec<Bind>>,
@@ -246,28 +225,7 @@ impl<'g> Context<'g> {
         let uses = Uses::build(graph);
         let last_read = last_reads(&roles, &uses);
         let n = graph.len();
-        let mut writeback = HashMap::default();
-        let mut foreign = HashSet::default();
-        let mut writers_before = Vec::with_capacity(n + 1);
-        writers_before.push(0);
-        for (i, role) in roles.iter().enumerate() {
-            let writes = matches!(
-                role,
-                Role::InputWriteBack { .. } | Role::OtherMutation { .. }
-            );
-            writers_before.push(writers_before[i] + u32::from(writes));
-            match role {
-                Role::InputWriteBack { dst, .. } => {
-                    writeback.entry(*dst).or_insert(nid(i));
-                }
-                Role::OtherMutation { written } => {
-                    for &w in written {
-                        foreign.insert(structural_root(&roles, w));
-                    }
-                }
-                _ => {}
-            }
-        }
+        let writers = Writers::of(&roles);
         Self {
             graph,
             roles,
@@ -275,17 +233,10 @@ impl<'g> Context<'g> {
             uses,
             last_read,
             pos: (0..n).map(|i| 2 * i as i64).collect(),
-            parent: (0..n)
-                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
-                .collect(),
-            members: vec![Vec::new(); n],
-            inputs: vec![Vec::new(); n],
-            latest: vec![0; n],
+            classes: StorageClasses::new(n),
             ver: vec![0; n],
             link: vec![Link::Root; n],
-            writeback,
-            foreign,
-            writers_before,
+            writers,
             binds: HashMap::default(),
             scatter_binds: HashMap::default(),
             clone_reps: HashMap::default(),
@@ -312,192 +263,6 @@ impl<'g> Context<'g> {
         self.graph
     }
 
-    // ----- storage classes -------------------------------------------------
-
-    // ----- the walk --------------------------------------------------------
-
-    fn run(&mut self) {
-        for i in 0..self.graph.len() {
-            let id = nid(i);
-            let role = self.roles[i].clone();
-            let mut storage_union = true;
-            match role {
-                Role::Input => self.inputs[i].push(id),
-                Role::View { src, step, .. } => {
-                    self.union(id, src);
-                    self.ver[i] = self.ver[src.idx()];
-                    self.link[i] = match step {
-                        None => Link::Same(self.same_target(src)),
-                        Some(s) => Link::Step(src, s),
-                    };
-                }
-                Role::Opaque => {
-                    let mut ops = Vec::new();
-                    self.graph.node(id).for_each_operand(|o| ops.push(o));
-                    for o in ops {
-                        self.union(id, o);
-                    }
-                    let r = self.find(id);
-                    self.ver[i] = self.latest[r];
-                }
-                Role::OtherMutation { written } => {
-                    // Writing arguments in place makes them share no memory
-                    // with each other: only the call's own value may alias
-                    // them, through a return annotated as an alias. A call
-                    // with no such return (every operator auto_functionalized
-                    // wraps, so every call this engine emits) joins no class;
-                    // joining its written arguments into one would make a
-                    // later `copy_(input, other_written)` look like a copy
-                    // inside the input's own memory.
-                    if returns_an_alias(self.graph, id) {
-                        for w in written {
-                            self.union(id, w);
-                        }
-                    }
-                    let r = self.find(id);
-                    self.ver[i] = self.latest[r];
-                }
-                Role::AutoFunctionalized => {
-                    self.plan_af(id);
-                    storage_union = false;
-                }
-                Role::AfResult { af, index } => {
-                    let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
-                    self.apply_bind(id, af, bind);
-                    storage_union = false;
-                }
-                Role::AfListItem { list, item } => {
-                    let bind = match self.binds.get(&list).and_then(|b| b.first()) {
-                        Some(Bind::List(items)) => items.get(item).cloned().flatten(),
-                        _ => None,
-                    };
-                    self.apply_bind(id, list, bind);
-                    storage_union = false;
-                }
-                Role::Scatter { .. } => {
-                    if let Some(&(base, event)) = self.scatter_binds.get(&id) {
-                        self.union(id, base);
-                        self.ver[i] = event;
-                        self.link[i] = Link::Same(self.same_target(base));
-                        storage_union = false;
-                    }
-                }
-                Role::InputWriteBack { dst, src } => {
-                    self.plan_writeback(id, dst, src);
-                    storage_union = false;
-                }
-                Role::Fresh | Role::MetaOnly | Role::Output => {}
-            }
-            if storage_union {
-                self.union_by_storage_key(id);
-            }
-            let r = self.find(id);
-            self.members[r].push(id);
-        }
-    }
-
-    fn union_by_storage_key(&mut self, id: NodeId) {
-        let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
-            return;
-        };
-        match self.storage_keys.get(&key).copied() {
-            Some(first) => {
-                let r = self.union(id, first);
-                if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                    self.ver[id.idx()] = self.latest[r];
-                }
-            }
-            None => {
-                self.storage_keys.insert(key, id);
-            }
-        }
-    }
-
-    fn apply_bind(&mut self, id: NodeId, af: NodeId, bind: Option<Bind>) {
-        let i = id.idx();
-        match bind {
-            Some(Bind::Buffer { node, event }) => {
-                self.union(id, node);
-                self.ver[i] = event;
-                self.link[i] = Link::Same(self.same_target(node));
-            }
-            Some(Bind::Alias { node, event }) => {
-                self.union(id, node);
-                self.ver[i] = event;
-            }
-            Some(Bind::Clone { key, of }) => {
-                self.same_layout.insert(id, of);
-                self.bind_clone(id, key);
-            }
-            Some(Bind::Tensor) => {
-                self.union(id, af);
-                let r = self.find(id);
-                self.ver[i] = self.latest[r];
-                self.link[i] = Link::Root;
-            }
-            Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
-        }
-    }
-
-    fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
-        match self.clone_reps.get(&key).copied() {
-            Some(rep) => {
-                self.union(id, rep);
-                self.link[id.idx()] = Link::Same(self.same_target(rep));
-            }
-            None => {
-                self.clone_reps.insert(key, id);
-                self.link[id.idx()] = Link::Root;
-            }
-        }
-    }
-
-    fn plan_af(&mut self, id: NodeId) {
-        // `Role::AutoFunctionalized` is given to nodes of either form only.
-        let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
-        let op_name = match self.graph.node(id).args.first() {
-            Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
-            _ => "<unknown>".into(),
-        };
-        let (rule, outcome) = match crate::forms::parse(self.graph, id) {
-            _ if self.options.leaves(&op_name) => (
-                "none",
-                Outcome::Left(format!(
-                    "{op_name} is left to Inductor on request (Pass(leave=...) or FXREWRITE_LEAVE)"
-                )),
-            ),
-            Some((name, Ok(FormCall::Mutation(call)))) => {
-                (name, self.rewrite_mutation(&call, name))
-            }
-            Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
-            Some((name, Err(reason))) => (name, Outcome::Left(reason)),
-            None => ("none", Outcome::Left("no form reads this node".into())),
-        };
-        let requested = self.options.leaves(&op_name);
-        let left = match outcome {
-            Outcome::Rewritten => None,
-            Outcome::Left(reason) if requested => Some((reason, LeftCause::Requested)),
-            Outcome::Left(reason) => Some((reason, LeftCause::Unsupported)),
-            Outcome::Unattributed(reason) => Some((reason, LeftCause::UnattributedSharing)),
-        };
-        if let Some((reason, cause)) = left {
-            let node = self.graph.node(id);
-            self.report.decisions.push(NodeReport {
-                node: node.name.clone(),
-                op: op_name,
-                form,
-                rule,
-                action: Action::Left,
-                moved: vec![],
-                clones: vec![],
-                scatters_removed: 0,
-                reason: Some(reason),
-                cause: Some(cause),
-                source: node.source.clone(),
-            });
-        }
-    }
-
     fn finish(self) -> Plan {
         Plan {
             edits: self.edits,
@@ -507,13 +272,10 @@ impl<'g> Context<'g> {
     }
 }
 
-/// Tests of the walk itself, and helpers the concern files' tests share to
-/// read a plan.
+/// Helpers the concern files' tests share to read a plan.
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::test_graph::{n, neg, B};
-    use crate::ir::Value;
     use crate::plan::NodeReport;
 
     /// The plan of `g`, which must be a valid graph.
@@ -542,6 +304,21 @@ mod tests {
             .collect()
     }
 
+    /// The inserted call of the mutating operator: its arguments.
+    pub(super) fn call_args(p: &Plan, op_name: &str, g: &Graph) -> Vec<PlanArg> {
+        p.edits
+            .iter()
+            .find_map(|e| match e {
+                Edit::Insert {
+                    callee: Callee::Target(t),
+                    args,
+                    ..
+                } if g.targets[t.idx()].name == op_name => Some(args.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+
     /// The nodes the plan erases, in order.
     pub(super) fn erased(p: &Plan) -> Vec<NodeId> {
         p.edits
@@ -551,66 +328,5 @@ mod tests {
                 _ => None,
             })
             .collect()
-    }
-
-    #[test]
-    fn a_node_its_form_cannot_read_is_left_with_the_reason_and_no_edit() {
-        let mut b = B::new();
-        let x = b.input("x");
-        let t = b.fresh("t", x);
-        let af = b.af(
-            "af",
-            true,
-            &crate::analysis::test_graph::scale_(),
-            vec![
-                ("s", Value::Float(2.0)),
-                ("_x_base_index", Value::Int(0)),
-                ("_x_new_info", Value::Int(1)),
-                ("_all_bases", Value::List(vec![n(t)])),
-            ],
-        );
-        let g = b.output(&[af]);
-        let p = plan_of(&g);
-        let d = only_decision(&p);
-        assert_eq!(d.action, Action::Left);
-        assert_eq!(
-            (d.node.as_str(), d.rule, d.form),
-            ("af", "reinplace_v2", Form::V2)
-        );
-        assert_eq!(d.op, "m::scale_.default");
-        assert!(d.reason.as_deref().unwrap().contains("newer torch"));
-        assert!(p.edits.is_empty());
-    }
-
-    #[test]
-    fn a_result_of_a_planned_call_is_its_buffer_at_a_newer_version() {
-        let mut b = B::new();
-        let x = b.input("x");
-        let t = b.fresh("t", x);
-        let before = b.call("before", &neg(), vec![n(t)]);
-        let af = b.scale_v2("af", t);
-        let nt = b.getitem("nt", af, 1);
-        let g = b.output(&[before, nt]);
-        let mut cx = Context::new(&g);
-        cx.run();
-        assert_eq!(cx.find(nt), cx.find(t));
-        assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
-        assert_eq!(cx.geometry(nt), cx.geometry(t));
-        // The call's own slot is not a value: only its getitems are bound.
-        assert_ne!(cx.find(af), cx.find(t));
-    }
-
-    #[test]
-    fn a_result_bound_to_a_clone_is_not_the_buffer() {
-        // `x` is an input the graph never writes back: the call gets a clone.
-        let mut b = B::new();
-        let x = b.input("x");
-        let af = b.scale_v2("af", x);
-        let nx = b.getitem("nx", af, 1);
-        let g = b.output(&[nx]);
-        let mut cx = Context::new(&g);
-        cx.run();
-        assert_ne!(cx.find(nx), cx.find(x));
-        assert_eq!(cx.same_layout.get(&nx), Some(&x));
     }
 }

@@ -1,15 +1,97 @@
 //! The shared safety analysis of a generic mutating call (v1 and v2):
 //! per written buffer, re-inplace, move readers, or clone, and why.
 
+use super::unit_clone::UnitRecipe;
 use super::*;
 
+/// The changes to the walk's state that deciding a call makes before it
+/// knows whether the call is rewritten: readers moved ahead of it and the
+/// geometry links of v1 write-back chains (the chain search compares
+/// geometries through them, and the checks of a later storage class see the
+/// moves of an earlier one). Kept as a whole when the call is emitted,
+/// rolled back as a whole ([`Context::roll_back`]) when it, or the class
+/// that made them, is not written in place.
+#[derive(Debug, Default)]
+struct Tentative {
+    /// Readers moved ahead of the call.
+    moved: BTreeSet<NodeId>,
+    /// Their positions before the move, in the order moved.
+    previous_pos: Vec<(NodeId, i64)>,
+    /// Links set by the write-back chain searches, with the values they
+    /// replaced.
+    links: LinkUndo,
+    /// The v1 write-back chains the call makes no-ops.
+    chains: Vec<writeback::ScatterChain>,
+}
+
+/// What deciding a call settled, for [`Context::emit_mutation`].
+pub(super) struct Decided {
+    /// Per buffer, the note of its clone, or `None` when written in place.
+    pub(super) clone: Vec<Option<CloneNote>>,
+    /// How each unit with a clone is copied, by unit.
+    pub(super) recipes: Vec<(usize, UnitRecipe)>,
+    /// Readers moved ahead of the call.
+    pub(super) moved: BTreeSet<NodeId>,
+    /// The v1 write-back chains the call makes no-ops.
+    pub(super) chains: Vec<writeback::ScatterChain>,
+}
+
+impl Tentative {
+    /// Adds the changes of `other`, made after these.
+    fn absorb(&mut self, other: Self) {
+        self.moved.extend(other.moved);
+        self.previous_pos.extend(other.previous_pos);
+        self.links.0.extend(other.links.0);
+        self.chains.extend(other.chains);
+    }
+}
+
 impl Context<'_> {
-    /// Plans a generic mutating call (v1 or v2): the shared safety analysis.
+    /// Plans a generic mutating call (v1 or v2): decides, per written
+    /// buffer, whether it is written in place (moving the readers of its old
+    /// value ahead of the call where they can be) or cloned and why
+    /// ([`Self::decide_clones`]), then emits the call, or leaves it when a
+    /// unit that must be cloned cannot be.
     pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Outcome {
-        let af = call.node;
         if let Err(reason) = self.check_users(call) {
             return Outcome::Left(reason);
         }
+        let sharing = match self.sharing(call) {
+            Ok(s) => s,
+            Err(reason) => return Outcome::Unattributed(reason),
+        };
+        let mut tentative = Tentative::default();
+        let clone = self.decide_clones(call, &sharing, &mut tentative);
+        let recipes = match self.unit_recipes(call, &sharing, &clone) {
+            Ok(recipes) => recipes,
+            Err(reason) => {
+                // Nothing is emitted for a node left alone.
+                self.roll_back(tentative);
+                return Outcome::Left(reason);
+            }
+        };
+        let decided = Decided {
+            clone,
+            recipes,
+            moved: tentative.moved,
+            chains: tentative.chains,
+        };
+        self.emit_mutation(call, rule, &sharing, &decided);
+        Outcome::Rewritten
+    }
+
+    /// Per buffer of `call`, the note of its clone, or `None` when it is
+    /// written in place; the moves and write-back chains that writing in
+    /// place needs are added to `tentative`. Reasons that hold whatever the
+    /// later readers are decided first ([`Self::buffer_reason`]), for whole
+    /// units, so that the readers are weighed only for what stays; then the
+    /// buffers of each storage class ([`Self::decide_class`]).
+    fn decide_clones(
+        &mut self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        tentative: &mut Tentative,
+    ) -> Vec<Option<CloneNote>> {
         let nb = call.buffers.len();
         let bytes: Vec<Option<u64>> = call
             .buffers
@@ -22,253 +104,136 @@ impl Context<'_> {
                     .and_then(crate::ir::TensorMeta::nbytes)
             })
             .collect();
-        let sharing = match self.sharing(call) {
-            Ok(s) => s,
-            Err(reason) => return Outcome::Unattributed(reason),
+        let note = |cx: &Self, b: usize, reason: &CloneReason| {
+            reason.note(cx.graph, &call.buffers[b].label, bytes[b])
         };
-        let mut clone: Vec<Option<CloneNote>> = vec![None; nb];
-        let mut moved: BTreeSet<NodeId> = BTreeSet::new();
-        let mut chains: Vec<writeback::ScatterChain> = Vec::new();
-        let mut kept_links = LinkUndo::default();
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
         for b in 0..nb {
-            let node = call.buffers[b].node;
-            let r = self.find(node);
-            match groups.iter_mut().find(|(gr, _)| *gr == r) {
+            let r = self.classes.find(call.buffers[b].node);
+            match classes.iter_mut().find(|(cr, _)| *cr == r) {
                 Some((_, v)) => v.push(b),
-                None => groups.push((r, vec![b])),
+                None => classes.push((r, vec![b])),
             }
         }
-        // Buffers the call writes no element of: none of the reasons below
-        // to clone applies to them (they still bind the call's results).
+        // Buffers the call writes no element of: no reason to clone applies
+        // to them (they still bind the call's results).
         let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
-        // Reasons that hold whatever the later readers: decided first, for
-        // whole units, so that the readers are weighed only for what stays.
-        for b in 0..nb {
-            let label = &call.buffers[b].label;
-            let why = if noop[b] {
-                None
-            } else if self.overlapping_view(call.buffers[b].node) {
-                Some("the written view may overlap itself (expand or zero stride)".to_string())
-            } else if self
-                .foreign
-                .contains(&structural_root(&self.roles, call.buffers[b].node))
-            {
-                Some("the buffer is also written by another in-place operator".to_string())
-            } else if let Some(why) = self.scatter_reinplaced_into_overwritten_input(call, b) {
-                Some(why)
-            } else {
-                sharing.split[b].clone()
-            };
-            if let Some(why) = why {
-                clone[b] = Some(Self::plain_note(label, why, bytes[b]));
-            }
-        }
-        clone_whole_units(&sharing, &mut clone);
-        for (root, bufs) in groups {
+        let mut clone: Vec<Option<CloneNote>> = (0..nb)
+            .map(|b| {
+                let reason = (!noop[b]).then(|| self.buffer_reason(call, sharing, b));
+                reason.flatten().map(|r| note(self, b, &r))
+            })
+            .collect();
+        clone_whole_units(sharing, &mut clone);
+        for (root, bufs) in classes {
             let accepted: Vec<usize> = bufs.into_iter().filter(|&b| clone[b].is_none()).collect();
             if accepted.is_empty() {
                 continue;
             }
-            let inputs = self.inputs[root].clone();
-            let mut cut = None;
-            let mut refuse: Option<String> = None;
-            if inputs.len() > 1 {
-                refuse = Some("the buffer aliases several graph inputs".into());
-            } else if let Some(&x) = inputs.first() {
-                match self.writeback.get(&x) {
-                    Some(&c) if self.pos[c.idx()] > self.pos[af.idx()] => {
-                        cut = Some((x, self.pos[c.idx()]))
-                    }
-                    _ => {
-                        refuse = Some(format!(
-                            "graph input `{}` is not written back by the graph, so the caller's tensor must not change",
-                            self.graph.node(x).name
-                        ));
+            let mut class = Tentative::default();
+            match self.decide_class(call, root, &accepted, &noop, &mut class) {
+                Ok(()) => tentative.absorb(class),
+                Err((buffers, reason)) => {
+                    self.roll_back(class);
+                    for b in buffers {
+                        clone[b] = Some(note(self, b, &reason));
                     }
                 }
-            }
-            if let Some(reason) = refuse {
-                for &b in accepted.iter().filter(|&&b| !noop[b]) {
-                    clone[b] = Some(Self::plain_note(
-                        &call.buffers[b].label,
-                        reason.clone(),
-                        bytes[b],
-                    ));
-                }
-                continue;
-            }
-            let (chain, mut links) =
-                match (call.form == Form::V1).then(|| self.scatter_chain(call, &accepted, root)) {
-                    Some(Some((chain, links))) => (Some(chain), links),
-                    _ => (None, LinkUndo::default()),
-                };
-            if let Some((x, c_pos)) = cut {
-                // The write-back overwrites the input with the final value. A
-                // value this call leaves in the input's memory (a result, or
-                // a removed write-back scatter) must not be read after it,
-                // unless it is that final value.
-                let copy = self.writeback.get(&x).copied();
-                let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
-                    Role::InputWriteBack { src, .. } => Some(src),
-                    _ => None,
-                });
-                let mut values: Vec<NodeId> = accepted
-                    .iter()
-                    .flat_map(|&b| self.result_nodes(call, b))
-                    .collect();
-                if let Some(c) = &chain {
-                    values.extend(c.iter().filter(|(_, (_, exact))| *exact).map(|(sc, _)| *sc));
-                }
-                values.retain(|&g| Some(g) != wb_src);
-                if let Some(r) = self.reader_from(&values, c_pos, copy) {
-                    for &b in &accepted {
-                        clone[b] = Some(self.reader_note(
-                            &call.buffers[b].label,
-                            r,
-                            bytes[b],
-                            "after the graph writes the input back,",
-                        ));
-                    }
-                    self.restore_links(links);
-                    continue;
-                }
-            }
-            let excluded: HashSet<NodeId> = chain
-                .as_ref()
-                .map(|c| c.keys().copied().collect())
-                .unwrap_or_default();
-            // Readers of the old value matter only where the call writes.
-            let active: Vec<usize> = accepted.iter().copied().filter(|&b| !noop[b]).collect();
-            let hazards = if active.is_empty() {
-                Vec::new()
-            } else {
-                let written = self.written_geometries(call, &active);
-                self.hazards(root, af, &excluded, cut, written.as_deref())
-            };
-            if !hazards.is_empty() {
-                match self.plan_moves(&hazards, af) {
-                    Ok(set) => {
-                        let p = self.pos[af.idx()];
-                        for &m in &set {
-                            self.pos[m.idx()] = p - 1;
-                        }
-                        moved.extend(set);
-                    }
-                    Err(blocker) => {
-                        for &b in &active {
-                            clone[b] = Some(self.reader_note(
-                                &call.buffers[b].label,
-                                blocker,
-                                bytes[b],
-                                "node",
-                            ));
-                        }
-                        self.restore_links(std::mem::take(&mut links));
-                        continue;
-                    }
-                }
-            }
-            if let Some(c) = chain {
-                chains.push(c);
-                kept_links.0.extend(links.0);
             }
         }
-        clone_whole_units(&sharing, &mut clone);
-        if let Some(reason) = self.unclonable(call, &sharing, &clone) {
-            // Nothing is emitted for a node left alone: undo the moves and
-            // the write-back chains' links.
-            for &m in &moved {
-                self.pos[m.idx()] = 2 * i64::from(m.0);
-            }
-            self.restore_links(kept_links);
-            return Outcome::Left(reason);
-        }
-        self.emit_mutation(call, rule, &sharing, &clone, &moved, &chains);
-        Outcome::Rewritten
+        clone_whole_units(sharing, &mut clone);
+        clone
     }
 
-    /// The reason a unit that must be cloned cannot be, if any: a clone
-    /// must reproduce the exact layout of every value it stands for, which
-    /// needs at least the rank and a static storage offset (the value's own,
-    /// or that of a view source the clone is cut from again), and the
-    /// members of a unit must be made again from one copy.
-    pub(super) fn unclonable(
+    /// Decides buffers `accepted` of storage class `root` (none of them
+    /// cloned for a reason of its own): written in place, with the moves and
+    /// write-back chain that needs added to `tentative`, or the buffers to
+    /// clone and why.
+    fn decide_class(
+        &mut self,
+        call: &MutationCall,
+        root: usize,
+        accepted: &[usize],
+        noop: &[bool],
+        tentative: &mut Tentative,
+    ) -> std::result::Result<(), (Vec<usize>, CloneReason)> {
+        let af = call.node;
+        let active: Vec<usize> = accepted.iter().copied().filter(|&b| !noop[b]).collect();
+        if let Some(reason) = self.input_must_not_change(root, af) {
+            return Err((active, reason));
+        }
+        let cut = self.write_back_cut(root, af);
+        if call.form == Form::V1 {
+            if let Some((chain, links)) = self.scatter_chain(call, accepted, root) {
+                tentative.chains.push(chain);
+                tentative.links = links;
+            }
+        }
+        let chain = tentative.chains.first();
+        if let Some(reason) =
+            cut.and_then(|cut| self.read_after_write_back(call, accepted, cut, chain))
+        {
+            return Err((accepted.to_vec(), reason));
+        }
+        let moves = self
+            .readers_to_move(call, root, &active, cut, chain)
+            .map_err(|reason| (active, reason))?;
+        let p = self.pos[af.idx()];
+        for m in moves {
+            tentative.previous_pos.push((m, self.pos[m.idx()]));
+            self.pos[m.idx()] = p - 1;
+            tentative.moved.insert(m);
+        }
+        Ok(())
+    }
+
+    /// Undoes the changes of `tentative`, newest first.
+    fn roll_back(&mut self, tentative: Tentative) {
+        for (m, p) in tentative.previous_pos.into_iter().rev() {
+            self.pos[m.idx()] = p;
+        }
+        self.restore_links(tentative.links);
+    }
+
+    /// How each unit with a clone is copied (by unit), or the reason one
+    /// cannot be: a clone must reproduce the exact layout of every value it
+    /// stands for, which needs at least the rank and a static storage
+    /// offset (the value's own, or that of a view source the clone is cut
+    /// from again), and the members of a unit must be made again from one
+    /// copy.
+    pub(super) fn unit_recipes(
         &self,
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneNote>],
-    ) -> Option<String> {
-        clone.iter().enumerate().find_map(|(b, note)| {
-            note.as_ref()?;
-            let members = self.unit_members(call, sharing, sharing.unit_of_buffer[b]);
-            let why = self.unit_recipe(&members).err()?;
-            Some(format!(
-                "{} needs a clone with its exact layout, but {why}",
-                call.buffers[b].label
-            ))
-        })
-    }
-
-    /// The getitem nodes of `call` that stand for buffer `b`'s new value.
-    /// Why buffer `b` must be a copy when it is the result of an operator
-    /// that Inductor's reinplace pass later makes write its first argument
-    /// in place (`select_scatter`, `index_put`, ...), that argument is a
-    /// graph input the graph writes back (`copy_`) with another value, and
-    /// the buffer is read after that write-back. Inductor's `can_inplace`
-    /// accepts such a scatter whatever the write-back's source, so the
-    /// scatter's result becomes the input's memory and the write-back then
-    /// overwrites what this call wrote in place (issue 30: a user's clone of
-    /// an input written twice, `a1[1] = 7; t0 = a1.clone(); lin_out(out=a1);
-    /// opt_list([t0])`). Unrewritten, Inductor writes a clone of it instead.
-    fn scatter_reinplaced_into_overwritten_input(
-        &self,
-        call: &MutationCall,
-        b: usize,
-    ) -> Option<String> {
-        const REINPLACED_BY_INDUCTOR: &[&str] = &[
-            "aten::slice_scatter.default",
-            "aten::select_scatter.default",
-            "aten::as_strided_scatter.default",
-            "aten::index_put.default",
-            "aten::_unsafe_index_put.default",
-        ];
-        let root = structural_root(&self.roles, call.buffers[b].node);
-        let node = self.graph.node(root);
-        if node.op != OpCode::CallFunction
-            || !REINPLACED_BY_INDUCTOR.contains(&self.graph.target_of(root).name.as_str())
-        {
-            return None;
+    ) -> std::result::Result<Vec<(usize, UnitRecipe)>, String> {
+        let mut recipes: Vec<(usize, UnitRecipe)> = Vec::new();
+        for (b, note) in clone.iter().enumerate() {
+            let u = sharing.unit_of_buffer[b];
+            if note.is_none() || recipes.iter().any(|(ru, _)| *ru == u) {
+                continue;
+            }
+            let members = self.unit_members(call, sharing, u);
+            let recipe = self.unit_recipe(&members).map_err(|why| {
+                format!(
+                    "{} needs a clone with its exact layout, but {why}",
+                    call.buffers[b].label
+                )
+            })?;
+            recipes.push((u, recipe));
         }
-        let first = structural_root(&self.roles, node.args.first()?.as_node()?);
-        if self.graph.node(first).op != OpCode::Placeholder {
-            return None;
-        }
-        let copy = *self.writeback.get(&first)?;
-        let Role::InputWriteBack { src, .. } = self.roles[copy.idx()] else {
-            return None;
-        };
-        let mut values = self.result_nodes(call, b);
-        if values.contains(&src) {
-            return None;
-        }
-        values.push(root);
-        let late = self.reader_from(&values, self.pos[copy.idx()], Some(copy))?;
-        Some(format!(
-            "`{}` writes graph input `{}` in place once Inductor's reinplace pass has run, and the \
-             graph's write-back `{}` overwrites that input with another value before `{}` reads \
-             this buffer",
-            node.name,
-            self.graph.node(first).name,
-            self.graph.node(copy).name,
-            self.graph.node(late).name
-        ))
+        Ok(recipes)
     }
 
     /// The first node found that reads the memory of one of `values`
     /// (directly or through views) at position `from` or later, other than
     /// `except` (the write-back itself).
-    fn reader_from(&self, values: &[NodeId], from: i64, except: Option<NodeId>) -> Option<NodeId> {
+    pub(super) fn reader_from(
+        &self,
+        values: &[NodeId],
+        from: i64,
+        except: Option<NodeId>,
+    ) -> Option<NodeId> {
         let mut late = None;
         for &v in values {
             for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
@@ -285,6 +250,7 @@ impl Context<'_> {
         late
     }
 
+    /// The getitem nodes of `call` that stand for buffer `b`'s new value.
     pub(super) fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
         let mut out = Vec::new();
         for &u in self.uses.users(call.node) {
@@ -379,33 +345,6 @@ impl Context<'_> {
             }
         }
         Ok(())
-    }
-
-    pub(super) fn reader_note(
-        &self,
-        arg: &str,
-        reader: NodeId,
-        bytes: Option<u64>,
-        why: &str,
-    ) -> CloneNote {
-        let r = self.graph.node(reader);
-        CloneNote {
-            arg: arg.to_string(),
-            reason: format!("{why} `{}` reads the old value after the call", r.name),
-            reader: Some(r.name.clone()),
-            reader_source: r.source.clone(),
-            bytes,
-        }
-    }
-
-    pub(super) fn plain_note(arg: &str, reason: String, bytes: Option<u64>) -> CloneNote {
-        CloneNote {
-            arg: arg.to_string(),
-            reason,
-            reader: None,
-            reader_source: None,
-            bytes,
-        }
     }
 }
 

@@ -31,7 +31,7 @@ impl Context<'_> {
         }
         let mut last_write: HashMap<usize, i64> = HashMap::default();
         for (b, p) in std::mem::take(&mut self.writes) {
-            let r = self.find(b);
+            let r = self.classes.find(b);
             let e = last_write.entry(r).or_insert(p);
             *e = (*e).max(p);
         }
@@ -51,7 +51,10 @@ impl Context<'_> {
             self.graph.node(id).for_each_operand(|o| operands.push(o));
             let p = self.pos[i];
             let early = operands.into_iter().any(|o| {
-                reads(&self.roles, id, o) && last_write.get(&self.find(o)).is_some_and(|&w| w > p)
+                reads(&self.roles, id, o)
+                    && last_write
+                        .get(&self.classes.find(o))
+                        .is_some_and(|&w| w > p)
             });
             if early {
                 marked.insert(id);

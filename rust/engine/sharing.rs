@@ -37,7 +37,7 @@ pub(super) struct Sharing {
     pub(super) unit_reads: Vec<(usize, usize)>,
     /// Per buffer, why it must not keep the memory it has here: it shares
     /// it with a slot that did not share memory with it in the program.
-    pub(super) split: Vec<Option<String>>,
+    pub(super) split: Vec<Option<CloneReason>>,
 }
 
 impl Sharing {
@@ -149,7 +149,7 @@ impl Context<'_> {
             }
             i
         }
-        let mut split: Vec<Option<String>> = vec![None; nb];
+        let mut split: Vec<Option<CloneReason>> = vec![None; nb];
         for &(a, b) in &pairs {
             if group(a)? == group(b)? {
                 let (ra, rb) = (
@@ -159,17 +159,9 @@ impl Context<'_> {
                 parent[ra.max(rb)] = ra.min(rb);
                 continue;
             }
-            let why = |other: Slot| {
-                let kind = if matches!(other, Slot::Read(_)) {
-                    "read argument"
-                } else {
-                    "written"
-                };
-                format!(
-                    "{kind} `{}` shares memory with it in the graph as it arrives, but did not \
-                     in the program (a clone Inductor's remove_noop_ops deleted, pytorch#198031)",
-                    label(other)
-                )
+            let why = |other: Slot| CloneReason::SplitSharing {
+                other: label(other),
+                read: matches!(other, Slot::Read(_)),
             };
             match (a, b) {
                 (Slot::Buffer(x), other @ Slot::Read(_))
@@ -241,11 +233,15 @@ impl Context<'_> {
     /// the program too, since functionalization made it from eager's tensors.
     fn sharing_pairs(&mut self, call: &MutationCall) -> Vec<(Slot, Slot)> {
         let nb = call.buffers.len();
-        let roots: Vec<usize> = call.buffers.iter().map(|b| self.find(b.node)).collect();
+        let roots: Vec<usize> = call
+            .buffers
+            .iter()
+            .map(|b| self.classes.find(b.node))
+            .collect();
         let mut pairs = Vec::new();
         for b in 0..nb {
             for (r, &(_, rn)) in call.read_nodes.iter().enumerate() {
-                if self.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
+                if self.classes.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
                     pairs.push((Slot::Buffer(b), Slot::Read(r)));
                 }
             }
@@ -275,5 +271,117 @@ pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote
                 clone[b] = clone[o].clone();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{n, rms, B};
+    use crate::ir::Value;
+
+    /// `rms(out=t, x=t)` on a fresh `t`, with the pre pass's record
+    /// `groups` (none: no record); the graph and the call.
+    fn one_memory(groups: Option<&[&[&str]]>) -> (Graph, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, groups);
+        let g = b.output(&[nt]);
+        (g, NodeId(nt.0 - 1))
+    }
+
+    /// The sharing of call `af`, on the walk of `g` up to it.
+    fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, String> {
+        let mut cx = Context::new(g);
+        for i in 0..af.idx() {
+            cx.step(nid(i));
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        cx.sharing(&call)
+    }
+
+    #[test]
+    fn slots_one_group_recorded_as_sharing_are_one_unit() {
+        let (g, af) = one_memory(Some(&[&["out", "x"]]));
+        let s = sharing_of(&g, af).unwrap();
+        assert_eq!(s.unit_of_buffer, [0]);
+        assert_eq!(s.unit_reads, [(0, 0)]);
+        assert_eq!(s.split, [None]);
+        assert_eq!(s.unit_read_slots(0).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn slots_recorded_in_different_groups_split_the_buffer() {
+        let (g, af) = one_memory(Some(&[&["out"], &["x"]]));
+        let s = sharing_of(&g, af).unwrap();
+        assert!(s.unit_reads.is_empty());
+        assert_eq!(
+            s.split,
+            [Some(CloneReason::SplitSharing {
+                other: "x".into(),
+                read: true
+            })]
+        );
+    }
+
+    #[test]
+    fn sharing_with_no_record_or_a_record_missing_a_slot_is_refused() {
+        let (g, af) = one_memory(None);
+        let why = sharing_of(&g, af).unwrap_err();
+        assert!(
+            why.starts_with("arguments `out` and `x` share memory in the graph as it arrives"),
+            "{why}"
+        );
+        assert!(why.ends_with(NO_RECORD), "{why}");
+        let (g, af) = one_memory(Some(&[&["x"]]));
+        let why = sharing_of(&g, af).unwrap_err();
+        assert!(why.contains("does not name argument `out`"), "{why}");
+    }
+
+    #[test]
+    fn slots_on_separate_memory_share_nothing() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let u = b.fresh("u", x);
+        let af = b.af(
+            "af",
+            true,
+            &rms(),
+            vec![
+                ("x", n(u)),
+                ("_out_base_index", Value::Int(0)),
+                ("_all_bases", Value::List(vec![n(t)])),
+            ],
+        );
+        let g = b.output(&[af]);
+        let s = sharing_of(&g, af).unwrap();
+        assert_eq!(
+            (s.unit_of_buffer, s.unit_reads, s.split),
+            (vec![0], vec![], vec![None])
+        );
+    }
+
+    #[test]
+    fn a_clone_extends_to_the_whole_unit_and_no_further() {
+        let sharing = Sharing {
+            unit_of_buffer: vec![0, 1, 0, 1],
+            unit_reads: vec![],
+            split: vec![None; 4],
+        };
+        let note = |arg: &str| CloneNote {
+            arg: arg.into(),
+            reason: "why".into(),
+            reader: None,
+            reader_source: None,
+            bytes: None,
+        };
+        let mut clone = vec![None, None, Some(note("c")), None];
+        clone_whole_units(&sharing, &mut clone);
+        assert_eq!(clone, [Some(note("c")), None, Some(note("c")), None]);
+        assert_eq!(sharing.unit_buffers(3).collect::<Vec<_>>(), [1, 3]);
     }
 }

@@ -1,43 +1,10 @@
-//! Storage classes and geometry: which nodes share memory (a union-find
-//! over nodes), how a node's view derives from its root, and the layout a
-//! node's metadata gives.
+//! Geometry over the storage classes (`classes.rs`): how a node's view
+//! derives from its root, the node whose layout a value has in the
+//! rewritten program, and what a node the plan replaced now is.
 
 use super::*;
 
 impl Context<'_> {
-    pub(super) fn find(&mut self, n: NodeId) -> usize {
-        let mut r = n.idx();
-        while self.parent[r] as usize != r {
-            r = self.parent[r] as usize;
-        }
-        let mut c = n.idx();
-        while self.parent[c] as usize != r {
-            let next = self.parent[c] as usize;
-            self.parent[c] = u32::try_from(r).unwrap_or(u32::MAX);
-            c = next;
-        }
-        r
-    }
-
-    pub(super) fn union(&mut self, a: NodeId, b: NodeId) -> usize {
-        let (ra, rb) = (self.find(a), self.find(b));
-        if ra == rb {
-            return ra;
-        }
-        let (big, small) = if self.members[ra].len() >= self.members[rb].len() {
-            (ra, rb)
-        } else {
-            (rb, ra)
-        };
-        self.parent[small] = u32::try_from(big).unwrap_or(u32::MAX);
-        let moved = std::mem::take(&mut self.members[small]);
-        self.members[big].extend(moved);
-        let moved_inputs = std::mem::take(&mut self.inputs[small]);
-        self.inputs[big].extend(moved_inputs);
-        self.latest[big] = self.latest[big].max(self.latest[small]);
-        big
-    }
-
     pub(super) fn geometry(&self, n: NodeId) -> Geometry {
         let mut steps_rev: Vec<&ViewStep> = Vec::new();
         let mut cur = n;
@@ -177,14 +144,14 @@ mod tests {
         let xv = b.slice("xv", x, 1, 0, 4);
         let g = b.output(&[s, u, xv]);
         let mut cx = walked(&g);
-        assert_eq!(cx.find(s), cx.find(t));
-        assert_ne!(cx.find(u), cx.find(t));
-        assert_ne!(cx.find(t), cx.find(x));
+        assert_eq!(cx.classes.find(s), cx.classes.find(t));
+        assert_ne!(cx.classes.find(u), cx.classes.find(t));
+        assert_ne!(cx.classes.find(t), cx.classes.find(x));
         // The class of a view of an input knows the input.
-        let r = cx.find(xv);
-        assert_eq!(cx.inputs[r], [x]);
-        let rt = cx.find(t);
-        assert!(cx.inputs[rt].is_empty());
+        let r = cx.classes.find(xv);
+        assert_eq!(cx.classes.inputs[r], [x]);
+        let rt = cx.classes.find(t);
+        assert!(cx.classes.inputs[rt].is_empty());
     }
 
     #[test]
@@ -202,8 +169,8 @@ mod tests {
         let d = b.call_meta("d", &neg(), vec![n(x)], keyed(8));
         let g = b.output(&[a, c, d]);
         let mut cx = walked(&g);
-        assert_eq!(cx.find(a), cx.find(c));
-        assert_ne!(cx.find(a), cx.find(d));
+        assert_eq!(cx.classes.find(a), cx.classes.find(c));
+        assert_ne!(cx.classes.find(a), cx.classes.find(d));
     }
 
     #[test]

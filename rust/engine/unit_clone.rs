@@ -4,7 +4,7 @@
 //! is made again from that copy with its own layout. One clone per member
 //! would split the sharing the kernel saw in eager.
 
-use super::layout::{replayable_view, Replay};
+use super::layout::{replayable_view, CloneSource, Replay};
 use super::*;
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
@@ -18,13 +18,14 @@ pub(super) type EmittedBuffers = (
 
 /// How the members of a cloned unit are made from one copy.
 pub(super) enum UnitRecipe {
-    /// One member: an exact clone of it.
-    Single(NodeId),
-    /// An exact clone of `anchor`, a view source of every member (or a
-    /// member itself); each member is its graph view nodes from the anchor,
-    /// applied again to the copy (outermost first).
+    /// One member: an exact clone of it, made as `source` says.
+    Single { node: NodeId, source: CloneSource },
+    /// An exact clone of `anchor` (made as `source` says), a view source of
+    /// every member (or a member itself); each member is its graph view
+    /// nodes from the anchor, applied again to the copy (outermost first).
     Ancestor {
         anchor: NodeId,
+        source: CloneSource,
         paths: Vec<(NodeId, Vec<Replay>)>,
     },
     /// Members related only through their storage: the first `needed`
@@ -66,8 +67,11 @@ impl Context<'_> {
         members: &[NodeId],
     ) -> std::result::Result<UnitRecipe, String> {
         if let [only] = members {
-            self.clone_source(*only)?;
-            return Ok(UnitRecipe::Single(*only));
+            let source = self.clone_source(*only)?;
+            return Ok(UnitRecipe::Single {
+                node: *only,
+                source,
+            });
         }
         match self.common_view_source(members) {
             Ok(recipe) => Ok(recipe),
@@ -116,7 +120,8 @@ impl Context<'_> {
                     .find(|a| chains.iter().all(|c| c.contains(a)))
             })
             .ok_or("they have no common view source")?;
-        self.clone_source(anchor)
+        let source = self
+            .clone_source(anchor)
             .map_err(|why| format!("their common view source cannot be cloned: {why}"))?;
         let mut paths = Vec::new();
         for (m, chain) in members.iter().zip(&chains) {
@@ -142,7 +147,11 @@ impl Context<'_> {
             }
             paths.push((*m, replays));
         }
-        Ok(UnitRecipe::Ancestor { anchor, paths })
+        Ok(UnitRecipe::Ancestor {
+            anchor,
+            source,
+            paths,
+        })
     }
 
     /// True when the static layout of `v` needs no storage element past
@@ -199,7 +208,9 @@ impl Context<'_> {
                 .and_then(crate::ir::TensorMeta::nbytes)
         };
         match recipe {
-            UnitRecipe::Single(n) | UnitRecipe::Ancestor { anchor: n, .. } => nbytes(*n),
+            UnitRecipe::Single { node: n, .. } | UnitRecipe::Ancestor { anchor: n, .. } => {
+                nbytes(*n)
+            }
             UnitRecipe::Flat { source, needed, .. } => {
                 let item = self.graph.node(*source).meta.as_ref()?.itemsize;
                 u64::try_from(*needed).ok()?.checked_mul(u64::from(item))
@@ -215,13 +226,17 @@ impl Context<'_> {
         recipe: &UnitRecipe,
     ) -> Vec<(NodeId, ValueRef)> {
         match recipe {
-            UnitRecipe::Single(n) => {
-                let base = self.resolve(*n);
-                vec![(*n, ValueRef::New(self.exact_clone(af, base, *n)))]
+            UnitRecipe::Single { node, source } => {
+                let base = self.resolve(*node);
+                vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
             }
-            UnitRecipe::Ancestor { anchor, paths } => {
+            UnitRecipe::Ancestor {
+                anchor,
+                source,
+                paths,
+            } => {
                 let base = self.resolve(*anchor);
-                let copy = ValueRef::New(self.exact_clone(af, base, *anchor));
+                let copy = ValueRef::New(self.exact_clone(af, base, source));
                 let mut out = Vec::new();
                 for (m, replays) in paths {
                     let mut v = copy;
@@ -294,6 +309,7 @@ impl Context<'_> {
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneNote>],
+        recipes: &[(usize, UnitRecipe)],
     ) -> EmittedBuffers {
         let nb = call.buffers.len();
         let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
@@ -308,14 +324,12 @@ impl Context<'_> {
                 continue;
             }
             let u = sharing.unit_of_buffer[b];
-            let members = self.unit_members(call, sharing, u);
-            // `unclonable` has checked the recipe; a plain copy of the buffer
-            // alone keeps the values should it not hold.
-            let recipe = self
-                .unit_recipe(&members)
-                .unwrap_or(UnitRecipe::Single(call.buffers[b].node));
-            unit_bytes.push((u, self.recipe_bytes(&recipe)));
-            let made = self.emit_unit_clone(call.node, &recipe);
+            let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
+                debug_assert!(false, "a cloned unit with no recipe");
+                continue;
+            };
+            unit_bytes.push((u, self.recipe_bytes(recipe)));
+            let made = self.emit_unit_clone(call.node, recipe);
             let value_of = |cx: &Self, n: NodeId| {
                 made.iter()
                     .find(|(m, _)| cx.resolve(*m) == cx.resolve(n))
@@ -418,5 +432,127 @@ impl Context<'_> {
             notes.push(note);
         }
         notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::inserted;
+    use super::*;
+    use crate::analysis::test_graph::{meta, B};
+
+    #[test]
+    fn one_member_is_an_exact_clone_of_it() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let g = b.output(&[x]);
+        let cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[x]).unwrap();
+        assert!(matches!(recipe, UnitRecipe::Single { node, .. } if node == x));
+        // A [4, 8] float32 copy.
+        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+    }
+
+    #[test]
+    fn views_of_one_source_are_cut_again_from_one_copy_of_it() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let top = b.slice("top", t, 0, 0, 2);
+        let bottom = b.slice("bottom", t, 0, 2, 4);
+        let g = b.output(&[top, bottom]);
+        let mut cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[top, bottom]).unwrap();
+        let UnitRecipe::Ancestor { anchor, paths, .. } = &recipe else {
+            panic!("one copy of the common source");
+        };
+        assert_eq!(*anchor, t);
+        let members: Vec<NodeId> = paths.iter().map(|(m, _)| *m).collect();
+        assert_eq!(members, [top, bottom]);
+        assert!(paths.iter().all(|(_, replays)| replays.len() == 1));
+        // Emitted: the exact clone of `t`, then each slice on the copy.
+        let made = cx.emit_unit_clone(top, &recipe);
+        assert_eq!(made.len(), 2);
+        let p = cx.finish();
+        assert_eq!(
+            inserted(&g, &p),
+            [
+                "aten::as_strided.default",
+                "aten::clone.default",
+                "aten::as_strided.default",
+                "aten::slice.Tensor",
+                "aten::slice.Tensor"
+            ]
+        );
+    }
+
+    /// Two graph inputs `[4, 8]` with storage keys `kx`, `ky` and dtype of
+    /// `y` `dy`.
+    fn two_inputs(kx: Option<u64>, ky: Option<u64>, dy: &str) -> (Graph, NodeId, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let y = b.input("y");
+        let m = |k, d: &str| {
+            let mut m = meta(&[4, 8]);
+            m.storage = k;
+            m.dtype = d.into();
+            Some(m)
+        };
+        b.g.nodes[x.idx()].meta = m(kx, "float32");
+        b.g.nodes[y.idx()].meta = m(ky, dy);
+        (b.output(&[x, y]), x, y)
+    }
+
+    #[test]
+    fn members_on_one_known_storage_are_viewed_from_one_flat_copy() {
+        let (g, x, y) = two_inputs(Some(7), Some(7), "float32");
+        let cx = Context::new(&g);
+        let recipe = cx.unit_recipe(&[x, y]).unwrap();
+        let UnitRecipe::Flat {
+            source,
+            needed,
+            layouts,
+        } = &recipe
+        else {
+            panic!("a flat copy");
+        };
+        assert_eq!((*source, *needed), (x, 32));
+        assert_eq!(layouts.len(), 2);
+        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+    }
+
+    #[test]
+    fn members_not_known_to_share_one_storage_cannot_be_made_from_one_copy() {
+        let why = |g: &Graph, x, y| Context::new(g).unit_recipe(&[x, y]).err().unwrap();
+        let (g, x, y) = two_inputs(None, None, "float32");
+        assert_eq!(
+            why(&g, x, y),
+            "its arguments that share memory cannot be made again from one copy: they have no \
+             common view source, and their storage is not known to be one"
+        );
+        let (g, x, y) = two_inputs(Some(7), Some(8), "float32");
+        assert!(why(&g, x, y).ends_with("their storage is not known to be one"));
+        let (g, x, y) = two_inputs(Some(7), Some(7), "bfloat16");
+        assert!(why(&g, x, y).ends_with("they differ in dtype"));
+    }
+
+    #[test]
+    fn slots_holding_one_tensor_are_one_member() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, Some(&[&["out", "x"]]));
+        let g = b.output(&[nt]);
+        let af = NodeId(nt.0 - 1);
+        let mut cx = Context::new(&g);
+        for i in 0..af.idx() {
+            cx.step(nid(i));
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        let sharing = cx.sharing(&call).unwrap();
+        // `out` and `x` are both `t`.
+        assert_eq!(cx.unit_members(&call, &sharing, 0), [t]);
     }
 }

@@ -75,7 +75,7 @@ impl Context<'_> {
                 }
             }
         }
-        let latest = self.latest[root];
+        let latest = self.classes.latest[root];
         let p = self.pos[af.idx()];
         while let Some(sc) = queue.pop_first() {
             let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
@@ -96,7 +96,7 @@ impl Context<'_> {
                 // of it taken after the call (the same `reshape` the written
                 // argument was cut through, made again for the write-back).
                 let anchor = self.view_anchor(base, p)?;
-                if self.find(anchor) != root || self.ver[anchor.idx()] != latest {
+                if self.classes.find(anchor) != root || self.ver[anchor.idx()] != latest {
                     return None;
                 }
                 self.link_views_ahead(base, p, undo);
@@ -288,7 +288,7 @@ impl Context<'_> {
     }
 
     pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
-        let (rd, rs) = (self.find(dst), self.find(src));
+        let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
         if rd == rs {
             // The same elements, proven by the view chain or, for views the
             // engine does not model (reshape round trips, transposes), by
@@ -307,7 +307,7 @@ impl Context<'_> {
             let same_geometry = same_layout
                 || self.geometry(src) == self.geometry(dst)
                 || self.same_bits_through_dtype_views(src, dst);
-            if same_geometry && self.ver[src.idx()] == self.latest[rd] {
+            if same_geometry && self.ver[src.idx()] == self.classes.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
                     self.replace(copy, ValueRef::Old(dst));
                 }
@@ -337,10 +337,10 @@ impl Context<'_> {
                 self.erase(copy);
             }
         }
-        let r = self.union(copy, dst);
+        let r = self.classes.union(copy, dst);
         let e = self.next_event;
         self.next_event += 1;
-        self.latest[r] = e;
+        self.classes.latest[r] = e;
         self.ver[copy.idx()] = e;
     }
 }

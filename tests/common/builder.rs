@@ -232,3 +232,24 @@ pub fn rms_v2(b: &mut B, base: NodeId, x: NodeId, w: NodeId) -> NodeId {
         ],
     )
 }
+
+/// Metadata of a float32 tensor with an explicit layout.
+pub fn strided_meta(shape: &[i64], stride: &[i64], offset: i64) -> TensorMeta {
+    TensorMeta {
+        stride: Some(stride.to_vec()),
+        storage_offset: Some(offset),
+        ..meta(shape)
+    }
+}
+
+/// Metadata of a float32 tensor of rank `rank` compiled with dynamic shapes:
+/// sizes and strides symbolic, the storage offset static (`Some`) or not.
+pub fn symbolic_meta(rank: u32, offset: Option<i64>) -> TensorMeta {
+    TensorMeta {
+        rank,
+        shape: None,
+        stride: None,
+        storage_offset: offset,
+        ..meta(&[])
+    }
+}

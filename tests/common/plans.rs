@@ -314,3 +314,25 @@ pub fn dump(g: &Graph, p: &Plan) -> String {
     }
     out
 }
+
+/// The inserts of one clone that keeps the exact layout of its source: a
+/// flat view of the storage, its copy, and the copy viewed back.
+pub const EXACT_CLONE: [&str; 3] = [
+    "aten::as_strided.default",
+    "aten::clone.default",
+    "aten::as_strided.default",
+];
+
+/// The Aten callees of the plan's inserts, in order.
+pub fn inserted_atens(p: &Plan) -> Vec<&'static str> {
+    p.edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                callee: Callee::Aten(c),
+                ..
+            } => Some(*c),
+            _ => None,
+        })
+        .collect()
+}

@@ -300,3 +300,141 @@ fn classify_getitem(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir:
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{
+        add_, copy_, ints, n, neg, op, scale_, slice_scatter, sym_size, B,
+    };
+    use crate::ir::schema::ArgType::{Other, Tensor};
+
+    #[test]
+    fn inputs_fresh_results_views_and_the_output() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let v = b.slice("v", t, 0, 1, 3);
+        let whole = b.slice("whole", t, 0, 0, 4);
+        let sz = b.call("sz", &sym_size(), vec![n(t), Value::Int(0)]);
+        let g = b.output(&[v, whole, sz]);
+        let roles = classify(&g);
+        assert_eq!(roles[x.idx()], Role::Input);
+        assert_eq!(roles[t.idx()], Role::Fresh);
+        assert_eq!(
+            roles[v.idx()],
+            Role::View {
+                src: t,
+                step: Some(ViewStep::Slice {
+                    dim: 0,
+                    start: 1,
+                    end: 3,
+                    step: 1
+                }),
+                overlapping: false
+            }
+        );
+        // A slice of all of `t` (its sizes known) is the same geometry.
+        assert!(matches!(roles[whole.idx()], Role::View { step: None, .. }));
+        assert_eq!(roles[sz.idx()], Role::MetaOnly);
+        assert_eq!(roles.last(), Some(&Role::Output));
+    }
+
+    #[test]
+    fn a_copy_into_an_input_is_its_write_back_and_other_writes_are_mutations() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let into_x = b.call("into_x", &copy_(), vec![n(x), n(t)]);
+        let into_t = b.call("into_t", &copy_(), vec![n(t), n(x)]);
+        let added = b.call("added", &add_(), vec![n(t), n(x)]);
+        let g = b.output(&[into_x, into_t, added]);
+        let roles = classify(&g);
+        assert_eq!(roles[into_x.idx()], Role::InputWriteBack { dst: x, src: t });
+        assert_eq!(
+            roles[into_t.idx()],
+            Role::OtherMutation { written: vec![t] }
+        );
+        assert_eq!(roles[added.idx()], Role::OtherMutation { written: vec![t] });
+    }
+
+    #[test]
+    fn getitems_of_a_call_and_of_its_written_lists() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let list = b.getitem("list", af, 1);
+        let item = b.getitem("item", list, 2);
+        let g = b.output(&[item]);
+        let roles = classify(&g);
+        assert_eq!(roles[af.idx()], Role::AutoFunctionalized);
+        assert_eq!(roles[list.idx()], Role::AfResult { af, index: 1 });
+        assert_eq!(roles[item.idx()], Role::AfListItem { list, item: 2 });
+    }
+
+    #[test]
+    fn a_scatter_is_a_write_into_a_view_of_its_base_only_when_the_view_is_modelled() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let v = b.fresh("v", x);
+        let args = |step: i64| {
+            vec![
+                n(x),
+                n(v),
+                Value::Int(-2),
+                Value::Int(1),
+                Value::Int(3),
+                Value::Int(step),
+            ]
+        };
+        let sc = b.call("sc", &slice_scatter(), args(1));
+        let backwards = b.call("backwards", &slice_scatter(), args(0));
+        let g = b.output(&[sc, backwards]);
+        let roles = classify(&g);
+        assert_eq!(
+            roles[sc.idx()],
+            Role::Scatter {
+                base: x,
+                src: v,
+                step: ViewStep::Slice {
+                    dim: 0,
+                    start: 1,
+                    end: 3,
+                    step: 1
+                }
+            }
+        );
+        // A step below 1 is no view: a plain fresh result.
+        assert_eq!(roles[backwards.idx()], Role::Fresh);
+    }
+
+    #[test]
+    fn an_operator_whose_lowering_returns_a_view_is_a_view() {
+        let unsafe_view = op(
+            "aten::_unsafe_view.default",
+            &[("self", Tensor, ""), ("size", Other, "")],
+            &[(Tensor, "")],
+        );
+        let mut b = B::new();
+        let x = b.input("x");
+        let v = b.call("v", &unsafe_view, vec![n(x), ints(&[32])]);
+        let g = b.output(&[v]);
+        assert!(matches!(classify(&g)[v.idx()], Role::View { src, .. } if src == x));
+    }
+
+    #[test]
+    fn only_a_return_annotated_as_an_alias_may_alias_what_a_call_writes() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let added = b.call("added", &add_(), vec![n(t), n(x)]);
+        let scaled = b.call("scaled", &scale_(), vec![n(t), Value::Float(2.0)]);
+        let negated = b.call("negated", &neg(), vec![n(t)]);
+        let g = b.output(&[added, scaled, negated]);
+        assert!(returns_an_alias(&g, added));
+        assert!(!returns_an_alias(&g, scaled));
+        assert!(!returns_an_alias(&g, negated));
+        // No schema: nothing says it does not.
+        assert!(returns_an_alias(&g, x));
+    }
+}

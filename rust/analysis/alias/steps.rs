@@ -364,3 +364,208 @@ pub(super) fn list_item_step(
         _ => opaque,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::test_graph::{expand, ints, meta, n, op, B};
+    use crate::ir::schema::ArgType::{Other, Tensor};
+
+    /// A graph holding input `x` (`[4, 8]`, with metadata) and `y`, a node
+    /// with no metadata; returns it with the two ids.
+    fn x_and_bare_y() -> (Graph, NodeId, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        let y = b.slice("y", x, 0, 0, 4);
+        (b.output(&[y]), x, y)
+    }
+
+    fn sl(dim: i64, start: i64, end: i64) -> Option<ViewStep> {
+        Some(ViewStep::Slice {
+            dim,
+            start,
+            end,
+            step: 1,
+        })
+    }
+
+    #[test]
+    fn a_slice_is_resolved_against_the_sizes_it_cuts() {
+        let (g, x, y) = x_and_bare_y();
+        let node = NodeId(9);
+        // Negative dim, start and end count from the back; ends clamp.
+        assert_eq!(
+            slice_step(&g, node, x, -1, Some(-6), Some(-2), 1),
+            sl(1, 2, 6)
+        );
+        assert_eq!(
+            slice_step(&g, node, x, 0, Some(1), Some(100), 1),
+            sl(0, 1, 4)
+        );
+        // The whole dimension is no step at all.
+        assert_eq!(slice_step(&g, node, x, 1, None, Some(8), 1), None);
+        assert_eq!(slice_step(&g, node, x, 1, Some(0), None, 2), {
+            Some(ViewStep::Slice {
+                dim: 1,
+                start: 0,
+                end: 8,
+                step: 2,
+            })
+        });
+        // Without sizes, a negative bound cannot be resolved, and an open
+        // end stays open.
+        assert_eq!(
+            slice_step(&g, node, y, 0, Some(-1), None, 1),
+            Some(ViewStep::Opaque(node))
+        );
+        assert_eq!(
+            slice_step(&g, node, y, 0, Some(1), None, 1),
+            sl(0, 1, i64::MAX)
+        );
+        assert_eq!(slice_step(&g, node, y, 0, None, None, 1), None);
+    }
+
+    #[test]
+    fn a_negative_select_index_needs_the_size() {
+        let (g, x, y) = x_and_bare_y();
+        let node = NodeId(9);
+        assert_eq!(
+            select_step(&g, node, x, -2, -1),
+            ViewStep::Select { dim: 0, index: 3 }
+        );
+        assert_eq!(select_step(&g, node, x, 0, -5), ViewStep::Opaque(node));
+        assert_eq!(
+            select_step(&g, node, y, 1, 2),
+            ViewStep::Select { dim: 1, index: 2 }
+        );
+        assert_eq!(select_step(&g, node, y, 0, -1), ViewStep::Opaque(node));
+    }
+
+    #[test]
+    fn view_operators_give_their_steps_and_overlap() {
+        let unsqueeze = op(
+            "aten::unsqueeze.default",
+            &[("self", Tensor, "a"), ("dim", Other, "")],
+            &[(Tensor, "a")],
+        );
+        let squeeze = op(
+            "aten::squeeze.dim",
+            &[("self", Tensor, "a"), ("dim", Other, "")],
+            &[(Tensor, "a")],
+        );
+        let as_strided = op(
+            "aten::as_strided.default",
+            &[
+                ("self", Tensor, "a"),
+                ("size", Other, ""),
+                ("stride", Other, ""),
+                ("storage_offset", Other, ""),
+            ],
+            &[(Tensor, "a")],
+        );
+        let mut b = B::new();
+        let x = b.input("x");
+        let u = b.call("u", &unsqueeze, vec![n(x), Value::Int(-1)]);
+        let s = b.call("s", &squeeze, vec![n(x), Value::Int(0)]);
+        let e = b.call("e", &expand(), vec![n(x), ints(&[2, 4, 8])]);
+        let bcast = b.call(
+            "bcast",
+            &as_strided,
+            vec![n(x), ints(&[4, 8]), ints(&[0, 1]), Value::Int(0)],
+        );
+        let strided = b.call(
+            "strided",
+            &as_strided,
+            vec![n(x), ints(&[2, 8]), ints(&[8, 1]), Value::Int(8)],
+        );
+        let g = b.output(&[u, s, e, bcast, strided]);
+        let step = |id: NodeId| {
+            let schema = g.target_of(id).schema.clone().unwrap();
+            view_step(&g, id, x, &g.target_of(id).name, &schema)
+        };
+        // `unsqueeze(-1)` of a rank-2 tensor adds dimension 2.
+        assert_eq!(step(u), (Some(ViewStep::Unsqueeze { dim: 2 }), false));
+        // Squeezing a dimension of size 4 changes nothing.
+        assert_eq!(step(s), (None, false));
+        assert_eq!(step(e), (Some(ViewStep::Opaque(e)), true));
+        assert!(step(bcast).1, "a zero stride over size 4");
+        assert_eq!(
+            step(strided),
+            (
+                Some(ViewStep::AsStrided {
+                    size: vec![2, 8],
+                    stride: vec![8, 1],
+                    offset: 8
+                }),
+                false
+            )
+        );
+    }
+
+    #[test]
+    fn a_reshape_is_a_step_only_on_one_storage() {
+        let view = op(
+            "aten::view.default",
+            &[("self", Tensor, "a"), ("size", Other, "")],
+            &[(Tensor, "a")],
+        );
+        let on_storage = |key: Option<u64>| {
+            let mut b = B::new();
+            let x = b.input("x");
+            b.g.nodes[x.idx()].meta.as_mut().unwrap().storage = Some(1);
+            let mut m = meta(&[32]);
+            m.storage = key;
+            let v = b.call_meta("v", &view, vec![n(x), ints(&[32])], Some(m));
+            let g = b.output(&[v]);
+            let schema = g.target_of(v).schema.clone().unwrap();
+            view_step(&g, v, x, "aten::view.default", &schema)
+        };
+        assert_eq!(
+            on_storage(Some(1)),
+            (
+                Some(ViewStep::Reshape {
+                    shape: vec![Dim::Int(32)]
+                }),
+                false
+            )
+        );
+        // A reshape that copied (another storage) is not a modelled view.
+        assert!(matches!(on_storage(Some(2)).0, Some(ViewStep::Opaque(_))));
+    }
+
+    #[test]
+    fn an_item_of_a_split_is_its_slice() {
+        let split = op(
+            "aten::split.Tensor",
+            &[
+                ("self", Tensor, "a"),
+                ("split_size", Other, ""),
+                ("dim", Other, ""),
+            ],
+            &[(crate::ir::schema::ArgType::TensorList, "a")],
+        );
+        let sizes = op(
+            "aten::split_with_sizes.default",
+            &[
+                ("self", Tensor, "a"),
+                ("split_sizes", Other, ""),
+                ("dim", Other, ""),
+            ],
+            &[(crate::ir::schema::ArgType::TensorList, "a")],
+        );
+        let mut b = B::new();
+        let x = b.input("x");
+        let parts = b.call("parts", &split, vec![n(x), Value::Int(3), Value::Int(1)]);
+        let by_sizes = b.call("by_sizes", &sizes, vec![n(x), ints(&[1, 3]), Value::Int(0)]);
+        let g = b.output(&[parts, by_sizes]);
+        let item = |list: NodeId, i: usize| {
+            let t = g.target_of(list);
+            list_item_step(&g, NodeId(99), list, i, &t.name, t.schema.as_ref().unwrap())
+        };
+        assert_eq!(item(parts, 1), sl(1, 3, 6));
+        // The last item is cut short by the size.
+        assert_eq!(item(parts, 2), sl(1, 6, 8));
+        assert_eq!(item(by_sizes, 1), sl(0, 1, 4));
+        assert_eq!(item(by_sizes, 2), Some(ViewStep::Opaque(NodeId(99))));
+    }
+}

@@ -2,7 +2,7 @@
 //! inserted operator is known, and the edits, simulated on use counts of the
 //! graph the plan was made from, never erase a node that is still used. The
 //! one use-count simulation of the project: both editors and the engine's
-//! own tests (`tests/engine_rules.rs`) rely on it.
+//! own tests (`tests/engine_*.rs`) rely on it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 

@@ -1,0 +1,124 @@
+//! Storage classes of the rewritten program: a union-find over nodes whose
+//! values share memory (views, aliasing returns, re-inplaced results,
+//! storage identity from metadata), with per class the nodes still read
+//! later, the graph inputs it holds, and the newest version of its memory.
+//! The walk (`walk.rs`) joins classes; the checks read them.
+
+use crate::ir::NodeId;
+
+/// The storage classes of every node of one graph.
+#[derive(Debug)]
+pub(super) struct StorageClasses {
+    /// Union-find parent of each node's class.
+    parent: Vec<u32>,
+    /// Per class root, the nodes of the class still read later (members
+    /// whose last reader is behind the call being planned are dropped for
+    /// good: `hazards.rs`).
+    pub(super) members: Vec<Vec<NodeId>>,
+    /// Per class root, the graph inputs in the class.
+    pub(super) inputs: Vec<Vec<NodeId>>,
+    /// Per class root, the newest version (event) of its memory.
+    pub(super) latest: Vec<u32>,
+}
+
+impl StorageClasses {
+    /// `n` nodes, each its own class, with no members, inputs or versions.
+    pub(super) fn new(n: usize) -> Self {
+        Self {
+            parent: (0..n)
+                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                .collect(),
+            members: vec![Vec::new(); n],
+            inputs: vec![Vec::new(); n],
+            latest: vec![0; n],
+        }
+    }
+
+    /// The root of `n`'s class (compressing the path to it).
+    pub(super) fn find(&mut self, n: NodeId) -> usize {
+        let mut r = n.idx();
+        while self.parent[r] as usize != r {
+            r = self.parent[r] as usize;
+        }
+        let mut c = n.idx();
+        while self.parent[c] as usize != r {
+            let next = self.parent[c] as usize;
+            self.parent[c] = u32::try_from(r).unwrap_or(u32::MAX);
+            c = next;
+        }
+        r
+    }
+
+    /// Joins the classes of `a` and `b` under the root of the one with more
+    /// members (`a`'s on a tie); their members and inputs are joined and the
+    /// newest version kept. Returns the root.
+    pub(super) fn union(&mut self, a: NodeId, b: NodeId) -> usize {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra == rb {
+            return ra;
+        }
+        let (big, small) = if self.members[ra].len() >= self.members[rb].len() {
+            (ra, rb)
+        } else {
+            (rb, ra)
+        };
+        self.parent[small] = u32::try_from(big).unwrap_or(u32::MAX);
+        let moved = std::mem::take(&mut self.members[small]);
+        self.members[big].extend(moved);
+        let moved_inputs = std::mem::take(&mut self.inputs[small]);
+        self.inputs[big].extend(moved_inputs);
+        self.latest[big] = self.latest[big].max(self.latest[small]);
+        big
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u32) -> NodeId {
+        NodeId(i)
+    }
+
+    #[test]
+    fn each_node_starts_alone_and_a_union_is_transitive() {
+        let mut c = StorageClasses::new(5);
+        assert_ne!(c.find(id(0)), c.find(id(1)));
+        c.union(id(0), id(1));
+        c.union(id(3), id(1));
+        let r = c.find(id(3));
+        assert_eq!(c.find(id(0)), r);
+        assert_eq!(c.find(id(1)), r);
+        assert_ne!(c.find(id(2)), r);
+        assert_eq!(c.union(id(0), id(3)), r, "already one class");
+    }
+
+    #[test]
+    fn a_union_joins_members_and_inputs_and_keeps_the_newest_version() {
+        let mut c = StorageClasses::new(4);
+        c.members[0] = vec![id(0)];
+        c.inputs[0] = vec![id(0)];
+        c.latest[0] = 2;
+        c.members[2] = vec![id(2), id(3)];
+        c.latest[2] = 1;
+        let r = c.union(id(0), id(2));
+        // The root is the class with more members.
+        assert_eq!(r, 2);
+        assert_eq!(c.members[r], [id(2), id(3), id(0)]);
+        assert_eq!(c.inputs[r], [id(0)]);
+        assert_eq!(c.latest[r], 2);
+        assert!(c.members[0].is_empty() && c.inputs[0].is_empty());
+    }
+
+    #[test]
+    fn find_compresses_the_path_to_the_root() {
+        let mut c = StorageClasses::new(4);
+        // Equal sizes: the first argument's root wins, so 3 -> 2 -> 1 -> 0.
+        c.union(id(2), id(3));
+        c.union(id(1), id(2));
+        c.union(id(0), id(1));
+        assert_eq!(c.parent[3], 2);
+        assert_eq!(c.find(id(3)), 0);
+        assert_eq!(c.parent[3], 0);
+    }
+}

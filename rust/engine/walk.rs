@@ -1,0 +1,277 @@
+//! The walk: every node in graph order joins its storage class and gets
+//! the version of that memory it holds (`storage.rs`); an
+//! auto_functionalized node is read by its form and planned
+//! ([`Context::rewrite_mutation`], [`Context::rewrite_out_call`]), and its
+//! results are then bound to what the plan made them ([`Bind`]).
+
+use super::*;
+
+/// What a result of a planned auto_functionalized node stands for.
+#[derive(Clone, Debug)]
+pub(super) enum Bind {
+    /// The memory of `node`, at version `event`, with its geometry.
+    Buffer { node: NodeId, event: u32 },
+    /// A clone made by the plan of buffer `of`, with its layout; results
+    /// bound to the same clone share memory.
+    Clone { key: (NodeId, usize), of: NodeId },
+    /// A view of `node`'s memory at version `event` with unknown geometry.
+    Alias { node: NodeId, event: u32 },
+    /// A fresh tensor.
+    Fresh,
+    /// A written list, element by element.
+    List(Vec<Option<Bind>>),
+    /// The node is itself a tensor (out= with one return); getitems index it.
+    Tensor,
+}
+
+impl Context<'_> {
+    pub(super) fn run(&mut self) {
+        for i in 0..self.graph.len() {
+            self.step(nid(i));
+        }
+    }
+
+    /// Walks node `id`, the next in graph order: joins its storage class,
+    /// gives it its version and geometry link, and plans it when it is an
+    /// auto_functionalized node.
+    pub(super) fn step(&mut self, id: NodeId) {
+        let i = id.idx();
+        let role = self.roles[i].clone();
+        let mut storage_union = true;
+        match role {
+            Role::Input => self.classes.inputs[i].push(id),
+            Role::View { src, step, .. } => {
+                self.classes.union(id, src);
+                self.ver[i] = self.ver[src.idx()];
+                self.link[i] = match step {
+                    None => Link::Same(self.same_target(src)),
+                    Some(s) => Link::Step(src, s),
+                };
+            }
+            Role::Opaque => {
+                let mut ops = Vec::new();
+                self.graph.node(id).for_each_operand(|o| ops.push(o));
+                for o in ops {
+                    self.classes.union(id, o);
+                }
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
+            }
+            Role::OtherMutation { written } => {
+                // Writing arguments in place makes them share no memory
+                // with each other: only the call's own value may alias
+                // them, through a return annotated as an alias. A call
+                // with no such return (every operator auto_functionalized
+                // wraps, so every call this engine emits) joins no class;
+                // joining its written arguments into one would make a
+                // later `copy_(input, other_written)` look like a copy
+                // inside the input's own memory.
+                if returns_an_alias(self.graph, id) {
+                    for w in written {
+                        self.classes.union(id, w);
+                    }
+                }
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
+            }
+            Role::AutoFunctionalized => {
+                self.plan_af(id);
+                storage_union = false;
+            }
+            Role::AfResult { af, index } => {
+                let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
+                self.apply_bind(id, af, bind);
+                storage_union = false;
+            }
+            Role::AfListItem { list, item } => {
+                let bind = match self.binds.get(&list).and_then(|b| b.first()) {
+                    Some(Bind::List(items)) => items.get(item).cloned().flatten(),
+                    _ => None,
+                };
+                self.apply_bind(id, list, bind);
+                storage_union = false;
+            }
+            Role::Scatter { .. } => {
+                if let Some(&(base, event)) = self.scatter_binds.get(&id) {
+                    self.classes.union(id, base);
+                    self.ver[i] = event;
+                    self.link[i] = Link::Same(self.same_target(base));
+                    storage_union = false;
+                }
+            }
+            Role::InputWriteBack { dst, src } => {
+                self.plan_writeback(id, dst, src);
+                storage_union = false;
+            }
+            Role::Fresh | Role::MetaOnly | Role::Output => {}
+        }
+        if storage_union {
+            self.union_by_storage_key(id);
+        }
+        let r = self.classes.find(id);
+        self.classes.members[r].push(id);
+    }
+
+    fn union_by_storage_key(&mut self, id: NodeId) {
+        let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
+            return;
+        };
+        match self.storage_keys.get(&key).copied() {
+            Some(first) => {
+                let r = self.classes.union(id, first);
+                if !matches!(self.roles[id.idx()], Role::View { .. }) {
+                    self.ver[id.idx()] = self.classes.latest[r];
+                }
+            }
+            None => {
+                self.storage_keys.insert(key, id);
+            }
+        }
+    }
+
+    fn apply_bind(&mut self, id: NodeId, af: NodeId, bind: Option<Bind>) {
+        let i = id.idx();
+        match bind {
+            Some(Bind::Buffer { node, event }) => {
+                self.classes.union(id, node);
+                self.ver[i] = event;
+                self.link[i] = Link::Same(self.same_target(node));
+            }
+            Some(Bind::Alias { node, event }) => {
+                self.classes.union(id, node);
+                self.ver[i] = event;
+            }
+            Some(Bind::Clone { key, of }) => {
+                self.same_layout.insert(id, of);
+                self.bind_clone(id, key);
+            }
+            Some(Bind::Tensor) => {
+                self.classes.union(id, af);
+                let r = self.classes.find(id);
+                self.ver[i] = self.classes.latest[r];
+                self.link[i] = Link::Root;
+            }
+            Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
+        }
+    }
+
+    fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
+        match self.clone_reps.get(&key).copied() {
+            Some(rep) => {
+                self.classes.union(id, rep);
+                self.link[id.idx()] = Link::Same(self.same_target(rep));
+            }
+            None => {
+                self.clone_reps.insert(key, id);
+                self.link[id.idx()] = Link::Root;
+            }
+        }
+    }
+
+    fn plan_af(&mut self, id: NodeId) {
+        // `Role::AutoFunctionalized` is given to nodes of either form only.
+        let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
+        let op_name = match self.graph.node(id).args.first() {
+            Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
+            _ => "<unknown>".into(),
+        };
+        let (rule, outcome) = match crate::forms::parse(self.graph, id) {
+            _ if self.options.leaves(&op_name) => (
+                "none",
+                Outcome::Left(format!(
+                    "{op_name} is left to Inductor on request (Pass(leave=...) or FXREWRITE_LEAVE)"
+                )),
+            ),
+            Some((name, Ok(FormCall::Mutation(call)))) => {
+                (name, self.rewrite_mutation(&call, name))
+            }
+            Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
+            Some((name, Err(reason))) => (name, Outcome::Left(reason)),
+            None => ("none", Outcome::Left("no form reads this node".into())),
+        };
+        let requested = self.options.leaves(&op_name);
+        let left = match outcome {
+            Outcome::Rewritten => None,
+            Outcome::Left(reason) if requested => Some((reason, LeftCause::Requested)),
+            Outcome::Left(reason) => Some((reason, LeftCause::Unsupported)),
+            Outcome::Unattributed(reason) => Some((reason, LeftCause::UnattributedSharing)),
+        };
+        if let Some((reason, cause)) = left {
+            let decision = NodeReport {
+                reason: Some(reason),
+                cause: Some(cause),
+                ..self.node_report(id, op_name, form, rule, Action::Left)
+            };
+            self.report.decisions.push(decision);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{only_decision, plan_of};
+    use super::*;
+    use crate::analysis::test_graph::{n, neg, B};
+    use crate::ir::Value;
+
+    #[test]
+    fn a_node_its_form_cannot_read_is_left_with_the_reason_and_no_edit() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let af = b.af(
+            "af",
+            true,
+            &crate::analysis::test_graph::scale_(),
+            vec![
+                ("s", Value::Float(2.0)),
+                ("_x_base_index", Value::Int(0)),
+                ("_x_new_info", Value::Int(1)),
+                ("_all_bases", Value::List(vec![n(t)])),
+            ],
+        );
+        let g = b.output(&[af]);
+        let p = plan_of(&g);
+        let d = only_decision(&p);
+        assert_eq!(d.action, Action::Left);
+        assert_eq!(
+            (d.node.as_str(), d.rule, d.form),
+            ("af", "reinplace_v2", Form::V2)
+        );
+        assert_eq!(d.op, "m::scale_.default");
+        assert!(d.reason.as_deref().unwrap().contains("newer torch"));
+        assert!(p.edits.is_empty());
+    }
+
+    #[test]
+    fn a_result_of_a_planned_call_is_its_buffer_at_a_newer_version() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let before = b.call("before", &neg(), vec![n(t)]);
+        let af = b.scale_v2("af", t);
+        let nt = b.getitem("nt", af, 1);
+        let g = b.output(&[before, nt]);
+        let mut cx = Context::new(&g);
+        cx.run();
+        assert_eq!(cx.classes.find(nt), cx.classes.find(t));
+        assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
+        assert_eq!(cx.geometry(nt), cx.geometry(t));
+        // The call's own slot is not a value: only its getitems are bound.
+        assert_ne!(cx.classes.find(af), cx.classes.find(t));
+    }
+
+    #[test]
+    fn a_result_bound_to_a_clone_is_not_the_buffer() {
+        // `x` is an input the graph never writes back: the call gets a clone.
+        let mut b = B::new();
+        let x = b.input("x");
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let g = b.output(&[nx]);
+        let mut cx = Context::new(&g);
+        cx.run();
+        assert_ne!(cx.classes.find(nx), cx.classes.find(x));
+        assert_eq!(cx.same_layout.get(&nx), Some(&x));
+    }
+}

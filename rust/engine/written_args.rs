@@ -1,0 +1,146 @@
+//! The written arguments of a rewritten call, cut again from the value
+//! each buffer has in the plan (the buffer itself, or its copy): a slice or
+//! an `as_strided` with the node's own keyword arguments, or, for a v2 view
+//! given by a symbolic storage offset, the graph's own view.
+
+use super::*;
+
+impl Context<'_> {
+    /// The written arguments of `call`, cut again from their buffers'
+    /// values `buf_val`.
+    pub(super) fn emit_written_args(
+        &mut self,
+        call: &MutationCall,
+        buf_val: &[ValueRef],
+        clone: &[Option<CloneNote>],
+    ) -> Vec<ValueRef> {
+        let af = call.node;
+        let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
+        for w in &call.written {
+            let b = PlanArg::Ref(buf_val[w.buffer]);
+            let kw = |k: &String| PlanArg::FromKwarg {
+                node: af,
+                key: k.clone(),
+            };
+            let v = match &w.view {
+                ViewOfBuffer::Whole => buf_val[w.buffer],
+                ViewOfBuffer::Alias => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::alias.default"),
+                    vec![b],
+                    vec![],
+                    MetaSource::Compute,
+                )),
+                ViewOfBuffer::Slice { keys } => ValueRef::New(self.insert(
+                    af,
+                    Callee::Aten("aten::slice.Tensor"),
+                    vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
+                    vec![],
+                    MetaSource::Compute,
+                )),
+                ViewOfBuffer::AsStrided { keys } => {
+                    match self.view_named_by_offset(call, w.buffer, keys, clone) {
+                        Some(v) => v,
+                        None => ValueRef::New(self.insert(
+                            af,
+                            Callee::Aten("aten::as_strided.default"),
+                            vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
+                            vec![],
+                            MetaSource::Compute,
+                        )),
+                    }
+                }
+            };
+            arg_val.push(v);
+        }
+        arg_val
+    }
+
+    /// The graph's own view for a v2 written argument whose storage offset
+    /// is symbolic: functionalization records it as `sym_storage_offset(x)`
+    /// of the very view `x` the program passed, and `as_strided(base, ...,
+    /// sym_storage_offset(x))` is what Inductor's lowering miscomputes (it
+    /// wrote rows `0:2` for `x = a.flatten(0, 1)[4:6]`, issue 30). Written in
+    /// place, `x` itself is that view: same storage, rank and dtype (and
+    /// sizes, where static). `None` when that is not proven, or the buffer
+    /// is cloned (`x` is then a view of the original, not of the copy).
+    fn view_named_by_offset(
+        &mut self,
+        call: &MutationCall,
+        buffer: usize,
+        keys: &[String; 3],
+        clone: &[Option<CloneNote>],
+    ) -> Option<ValueRef> {
+        use crate::ir::Value;
+        if clone[buffer].is_some() {
+            return None;
+        }
+        let n = self.graph.node(call.node);
+        let offset = n.kwarg(&keys[2])?.as_node()?;
+        if self.graph.target_of(offset).name != "aten::sym_storage_offset.default" {
+            return None;
+        }
+        let x = self.graph.node(offset).args.first()?.as_node()?;
+        let base = call.buffers[buffer].node;
+        if !matches!(self.roles[x.idx()], Role::View { .. })
+            || self.classes.find(x) != self.classes.find(base)
+        {
+            return None;
+        }
+        let size = match self.graph.node(call.node).kwarg(&keys[0])? {
+            Value::List(v) | Value::Tuple(v) => v.clone(),
+            _ => return None,
+        };
+        let bm = self.graph.node(base).meta.as_ref()?;
+        match self.graph.node(x).meta.as_ref() {
+            Some(xm) => {
+                if xm.dtype.is_empty()
+                    || xm.dtype != bm.dtype
+                    || usize::try_from(xm.rank).ok()? != size.len()
+                {
+                    return None;
+                }
+                if let Some(shape) = &xm.shape {
+                    let same = size.iter().zip(shape).all(|(s, &d)| match s {
+                        Value::Int(i) => *i == d,
+                        _ => true,
+                    });
+                    if !same {
+                        return None;
+                    }
+                }
+            }
+            // No metadata on the view (Inductor's graphs often have none on
+            // views): its rank follows from its steps on the base, and steps
+            // the engine models keep the dtype.
+            None => {
+                if self.rank_through_steps(base, x, bm.rank)? != size.len() {
+                    return None;
+                }
+            }
+        }
+        Some(self.resolve(x))
+    }
+
+    /// The rank of view `x` of `base` (rank `base_rank`), from the steps
+    /// of its geometry after `base`'s own; `None` when `x` is not a view of
+    /// `base` through steps the engine models.
+    fn rank_through_steps(&self, base: NodeId, x: NodeId, base_rank: u32) -> Option<usize> {
+        let (gb, gx) = (self.geometry(base), self.geometry(x));
+        if gb.root != gx.root || !gx.steps.starts_with(&gb.steps) {
+            return None;
+        }
+        let mut rank = usize::try_from(base_rank).ok()?;
+        for step in &gx.steps[gb.steps.len()..] {
+            rank = match step {
+                ViewStep::Slice { .. } => rank,
+                ViewStep::Select { .. } | ViewStep::Squeeze { .. } => rank.checked_sub(1)?,
+                ViewStep::Unsqueeze { .. } => rank + 1,
+                ViewStep::Reshape { shape } => shape.len(),
+                ViewStep::AsStrided { size, .. } => size.len(),
+                ViewStep::Opaque(_) => return None,
+            };
+        }
+        Some(rank)
+    }
+}
