@@ -337,3 +337,28 @@ def test_errors_cross_as_one_class_per_kind_with_their_fields():
     err = fxrewrite.FxrewriteError("x")
     assert (err.node, err.op, err.offset) == (None, None, None)
     assert fxrewrite.VersionError("x").kind == "version"
+
+
+def test_a_live_graph_the_reader_cannot_read_is_an_invalid_graph_error():
+    """The live-graph reader's refusals are typed like the engine's: an
+    argument nested deeper than the IR allows, and an argument naming a
+    node that comes after it (a graph out of order)."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    deep: object = x
+    for _ in range(40):
+        deep = [deep]
+    y = g.call_function(torch.ops.aten.clone.default, (x,))
+    g.output((y,))
+    y.args = (deep,)
+    with pytest.raises(fxrewrite.InvalidGraphError, match="nested too deeply") as err:
+        fxrewrite._core.Graph.from_fx(g, meta="none", sources=False)
+    assert err.value.kind == "invalid_graph"
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(torch.ops.aten.clone.default, (x,))
+    b = g.call_function(torch.ops.aten.neg.default, (x,))
+    g.output((a, b))
+    a.args = (b,)  # `a` now reads `b`, which comes after it
+    with pytest.raises(fxrewrite.InvalidGraphError, match="not earlier in the graph"):
+        fxrewrite._core.Graph.from_fx(g, meta="none", sources=False)

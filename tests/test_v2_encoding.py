@@ -88,10 +88,10 @@ def test_keywords_that_do_not_encode_the_arguments_are_a_reason_not_a_guess() ->
     seen = _seen()
     facts = schema_facts(seen.op)
     kw = {k: v for k, v in seen.kwargs.items() if k != "_xs_1_base_index"}
-    with pytest.raises(ValueError, match="missing _xs_1_base_index"):
+    with pytest.raises(_core.InvalidGraphError, match="missing _xs_1_base_index"):
         _core.v2_written_views(facts, kw)
     kw = dict(seen.kwargs, _xs_length=None)
     assert dict(_core.v2_written_views(facts, kw))["xs"] is None
     kw = dict(seen.kwargs, _y_base_index="zero")
-    with pytest.raises(ValueError, match="unexpected _y_base_index"):
+    with pytest.raises(_core.InvalidGraphError, match="unexpected _y_base_index"):
         _core.v2_written_views(facts, kw)

@@ -233,5 +233,5 @@ def v2_written_views(
     the operator's ``fxrewrite.encode.schema_facts``. Per written argument,
     in schema order, ``(name, items)``: ``items`` is ``None`` when the
     argument is ``None``, else one entry per tensor (``None`` for a ``None``
-    item). Raises ``ValueError`` with the engine's reason when the keywords
-    do not encode the arguments."""
+    item). Raises ``InvalidGraphError`` with the engine's reason when the
+    keywords do not encode the arguments."""

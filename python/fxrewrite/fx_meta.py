@@ -158,7 +158,7 @@ def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None
         return None
     try:
         return dict(_core.v2_written_views(schema_facts(op), dict(node.kwargs)))
-    except ValueError:
+    except _core.InvalidGraphError:
         return None
 
 

@@ -1,7 +1,6 @@
 //! Python tuples <-> IR. The tuple layout is documented in
 //! `python/fxrewrite/encode.py`, the only producer.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -17,8 +16,10 @@ use crate::ir::wire::value_tag::{
     TUPLE as T_TUPLE,
 };
 
+/// The encoder (ours) handed over tuples of another layout: a bug in
+/// fxrewrite, an `InternalError`.
 fn bad(what: &str) -> PyErr {
-    PyValueError::new_err(format!("malformed encoded graph: {what}"))
+    super::errors::internal(format!("malformed encoded graph: {what}"))
 }
 
 fn value_from(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {

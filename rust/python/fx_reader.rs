@@ -71,7 +71,15 @@ fn opcode(op: &str) -> PyResult<OpCode> {
     ]
     .into_iter()
     .find(|o| o.fx_name() == op)
-    .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("unknown FX opcode {op:?}")))
+    .ok_or_else(|| invalid(format!("unknown FX opcode {op:?}")))
+}
+
+/// The live graph cannot be read into the IR: an `InvalidGraphError`.
+fn invalid(detail: impl Into<String>) -> PyErr {
+    super::errors::to_py(crate::Error::InvalidGraph {
+        node: None,
+        detail: detail.into(),
+    })
 }
 
 /// `str(x)` without the `torch.` prefix (`torch.float32` -> `float32`).
@@ -104,9 +112,8 @@ impl<'py> Reader<'py> {
         let desc = self.encode.call_method1("describe_target", (obj,))?;
         let desc = desc.cast::<PyTuple>()?;
         let name: String = desc.get_item(0)?.extract()?;
-        let kind = TargetKind::from_code(desc.get_item(1)?.extract()?).ok_or_else(|| {
-            pyo3::exceptions::PyValueError::new_err("describe_target gave an unknown kind")
-        })?;
+        let kind = TargetKind::from_code(desc.get_item(1)?.extract()?)
+            .ok_or_else(|| super::errors::internal("describe_target gave an unknown kind"))?;
         let schema = schema_from(&desc.get_item(2)?)?;
         let id = TargetId(u32::try_from(self.graph.targets.len()).unwrap_or(u32::MAX));
         self.graph.targets.push(Target { name, kind, schema });
@@ -122,9 +129,7 @@ impl<'py> Reader<'py> {
         inputs: &mut Vec<u32>,
     ) -> PyResult<Value> {
         if depth > crate::ir::validate::MAX_VALUE_DEPTH {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "argument nested too deeply",
-            ));
+            return Err(invalid("argument nested too deeply"));
         }
         if v.is_none() {
             return Ok(Value::None);
@@ -146,9 +151,7 @@ impl<'py> Reader<'py> {
         }
         if v.is_instance(&self.types.node)? {
             let i = *self.index.get(&(v.as_ptr() as usize)).ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err(
-                    "an argument refers to a node that is not earlier in the graph",
-                )
+                invalid("an argument refers to a node that is not earlier in the graph")
             })?;
             inputs.push(i);
             return Ok(Value::Node(NodeId(i)));
@@ -243,8 +246,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
     let mut needed: Vec<u32> = Vec::new();
     for n in graph.getattr(intern!(py, "nodes"))?.try_iter()? {
         let n = n?;
-        let i = u32::try_from(nodes.len())
-            .map_err(|_| pyo3::exceptions::PyValueError::new_err("graph too large"))?;
+        let i = u32::try_from(nodes.len()).map_err(|_| invalid("graph too large"))?;
         r.index.insert(n.as_ptr() as usize, i);
         let op_obj = n.getattr(intern!(py, "op"))?;
         let op_name = op_obj.cast::<PyString>()?.to_str()?;

@@ -266,8 +266,8 @@ type WrittenItems<'py> = Vec<Option<Bound<'py, PyAny>>>;
 /// `"whole"`, `"alias"`, `"slice"`, `"as_strided"` and keys the three
 /// keywords holding the slice's or as_strided view's values.
 ///
-/// Raises `ValueError` with the engine's reason when the keywords do not
-/// encode the arguments.
+/// Raises `InvalidGraphError` with the engine's reason when the keywords do
+/// not encode the arguments.
 #[pyfunction]
 fn v2_written_views<'py>(
     py: Python<'py>,
@@ -312,9 +312,12 @@ fn v2_written_views<'py>(
     let mut used = Vec::new();
     let mut out = Vec::new();
     for arg in schema.args.iter().filter(|a| a.is_written()) {
-        let items = match read_written(&values, arg, &mut used)
-            .map_err(pyo3::exceptions::PyValueError::new_err)?
-        {
+        let items = match read_written(&values, arg, &mut used).map_err(|reason| {
+            errors::to_py(crate::Error::InvalidGraph {
+                node: None,
+                detail: format!("auto_functionalized_v2 keywords: {reason}"),
+            })
+        })? {
             WrittenEncoding::One(None) | WrittenEncoding::List(None) => None,
             WrittenEncoding::One(Some(w)) => Some(vec![Some(view_of(w)?)]),
             WrittenEncoding::List(Some(items)) => Some(
