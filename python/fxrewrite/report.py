@@ -172,16 +172,6 @@ class Report:
         if len(at_trace) == len(symbolic):
             text += f", {self.bytes_copied + sum(at_trace)} bytes at the traced sizes"
         return text
-        exprs = [c.bytes_expr for c in symbolic if c.bytes_expr]
-        unknown = len(symbolic) - len(exprs)
-        at_trace = [c.bytes_at_trace for c in symbolic if c.bytes_at_trace is not None]
-        if exprs:
-            text += " + " + " + ".join(exprs)
-            if len(at_trace) == len(exprs):
-                text += f" (= {self.bytes_copied + sum(at_trace)} bytes at the traced sizes)"
-        if unknown:
-            text += f" + {unknown} of symbolic size"
-        return text
 
     def per_op(self) -> list[dict[str, Any]]:
         """Per-operator totals, in order of first appearance."""
