@@ -299,10 +299,13 @@ fxrewrite.pass_` only). A quarter are compiled with `dynamic=True`.
   attributes) and the program differs from Inductor alone's, bitwise. Must
   be 0.
 - *more copies*: more copy kernels or bytes in the generated code than
-  Inductor alone.
+  Inductor alone, among the programs both compiled and ran.
 - *fixes*: Inductor alone wrong or raising, fxrewrite right.
 - *clones*: clones fxrewrite kept (from its reports); *copies*: copy kernels
-  and copy calls in the generated code, fxrewrite / Inductor alone.
+  and copy calls in the generated code, fxrewrite / Inductor alone, summed
+  over the programs both compiled and ran. Rows before the fourth run (seeds
+  0-111) counted every program, so a crash of Inductor alone (no code, 0
+  copies) counted as fewer copies than fxrewrite's.
 
 | date | commit | install | form | seeds | programs | right | both wrong | fxrewrite wrong | Inductor crash, fxrewrite wrong | held back differs | more copies | fixes | clones | copies fxrewrite | copies Inductor |
 | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
@@ -376,8 +379,6 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
         tally.counts["programs"] += 1
         reports = ours.get("reports", [])
         tally.counts["clones"] += sum(len(r.clones) for r in reports)
-        tally.counts["copies_fxrewrite"] += our_copies.total
-        tally.counts["copies_inductor"] += their_copies.total
         if problem is None:
             tally.add("right", program, dynamic)
             if alone is not None:
@@ -388,9 +389,11 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
             tally.add("inductor_crash_fxrewrite_wrong", program, dynamic, problem)
         else:
             tally.add("both_wrong", program, dynamic)
+        # Copies compare only where both compiled and ran: a crash has no
+        # code, and its 0 copies are not fewer than ours.
+        both_ran = "result" in ours and "result" in theirs
         held = any(d.cause == "unattributed_sharing" for r in reports for d in r.decisions)
         if held:
-            both_ran = "result" in ours and "result" in theirs
             same = (
                 _bitwise(ours["result"], theirs["result"])
                 if both_ran
@@ -398,7 +401,10 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
             )
             if not same:
                 tally.add("held_back_differs", program, dynamic, f"ours: {problem}\nalone: {alone}")
-        if our_copies.total > their_copies.total or our_copies.bytes > their_copies.bytes:
+        if both_ran:
+            tally.counts["copies_fxrewrite"] += our_copies.total
+            tally.counts["copies_inductor"] += their_copies.total
+        if both_ran and (our_copies.total > their_copies.total or our_copies.bytes > their_copies.bytes):
             tally.add(
                 "more_copies",
                 program,

@@ -1,0 +1,65 @@
+"""The campaign's tally (``tests/campaign.py`` ``judge_installs``) on
+programs whose answers are known: a crash of Inductor alone is a fix, not
+fewer copies than ours (it has no code), and where both compile, more copies
+(kernels or bytes) in our code than in Inductor's is counted."""
+
+from __future__ import annotations
+
+import campaign
+from randprog import Program
+
+#: Inductor alone fails to lower it (an ``as_strided`` of a computed value);
+#: the one line rewrites it with one clone (found by the campaign, seeds
+#: 76-111, counted then as more copies than Inductor's 0).
+INDUCTOR_ALONE_CRASHES = Program(
+    shapes=((8,), (8,), (1, 8)),
+    steps=(
+        ("binop", "add", 2, 2),
+        ("unary", "contig", 1),
+        ("rot_", 1, 2, 0),
+        ("reshape", 4, (8,)),
+        ("slice", 5, 0, 0, 5),
+        ("split", 3, 1, 3, 3),
+        ("list_scale_", (8, 2, 5), 0.5),
+    ),
+    outputs=(("direct", 9), ("direct", 3), ("plus", 2)),
+    seed=750,
+    input_layouts=(),
+)
+
+#: Both compile; fxrewrite's code copies more bytes (two clones of 24 floats,
+#: 192 bytes, where Inductor alone's three copies move 160), from the same run.
+ONE_COPY_MORE = Program(
+    shapes=((4, 8), (8,), (1, 8)),
+    steps=(
+        ("stack", (2, 2, 2), 1),
+        ("add_into", 2, 2, 2),
+        ("unary", "sum0", 3),
+        ("scale_", 3, -1.0),
+        ("cat", (4, 4, 4), 0),
+        ("add_into", 3, 3, 3),
+        ("scale_", 4, -1.0),
+        ("acc_sum", 2, 2),
+    ),
+    outputs=(("plus", 1), ("direct", 6), ("direct", 4)),
+    seed=2652,
+    input_layouts=(),
+)
+
+
+def _tally(program: Program, v2: bool, install: str) -> campaign.Tally:
+    tallies = {install: campaign.Tally()}
+    campaign.judge_installs(program, v2, False, tallies)
+    return tallies[install]
+
+
+def test_a_crash_of_inductor_alone_is_a_fix_not_fewer_copies() -> None:
+    t = _tally(INDUCTOR_ALONE_CRASHES, False, "one_line")
+    assert (t.counts["right"], t.counts["fixes"], t.counts["more_copies"]) == (1, 1, 0)
+    assert (t.counts["copies_fxrewrite"], t.counts["copies_inductor"]) == (0, 0)
+
+
+def test_more_copies_where_both_compile_are_counted() -> None:
+    t = _tally(ONE_COPY_MORE, True, "full")
+    assert (t.counts["right"], t.counts["fixes"], t.counts["more_copies"]) == (1, 0, 1)
+    assert (t.counts["copies_fxrewrite"], t.counts["copies_inductor"]) == (2, 3)
