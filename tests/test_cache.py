@@ -57,3 +57,33 @@ def test_second_compile_in_a_fresh_process_hits_the_cache(tmp_path):
     assert second.get("fxgraph_cache_hit", 0) == 1, second
     changed = _run(tmp_path, "strict")
     assert changed.get("fxgraph_cache_miss", 0) == 1 and changed.get("fxgraph_cache_hit", 0) == 0, changed
+
+
+UUIDS = "import fxrewrite; print(fxrewrite.Pass().uuid(), fxrewrite.pre_pass.uuid())"
+
+
+def test_an_edited_python_source_is_a_new_cache_key(tmp_path):
+    """The version string stays the same between development builds: a
+    pass whose Python sources changed must not reuse graphs the old one
+    compiled. A copy of the package, edited, gives other keys for both
+    passes; unedited, the same keys."""
+    import shutil
+
+    import fxrewrite
+
+    package = tmp_path / "pkg" / "fxrewrite"
+    shutil.copytree(Path(fxrewrite.__file__).resolve().parent, package)
+    env = dict(os.environ, PYTHONPATH=str(package.parent))
+
+    def uuids() -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-c", UUIDS], env=env, capture_output=True, text=True, timeout=120, check=True
+        )
+        return out.stdout.split()
+
+    before = uuids()
+    assert uuids() == before
+    with (package / "fx_meta.py").open("a") as f:
+        f.write("\n# edited\n")
+    after = uuids()
+    assert len(after) == 2 and after[0] != before[0] and after[1] != before[1]

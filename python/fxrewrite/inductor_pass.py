@@ -15,13 +15,13 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from functools import cache
 from typing import Any
 
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import _core
+from ._build_id import native_build_id, python_sources_id
 from .leave import leave_from_env, op_names
 from .pipeline import rewrite_tracking_changes, strict_from_env
 from .report import Report
@@ -29,19 +29,6 @@ from .report import Report
 __all__ = ["ComposedPass", "Pass", "compose", "pass_", "passes_of"]
 
 log = logging.getLogger("fxrewrite")
-
-
-@cache
-def _native_build_id() -> str:
-    """Hash of the native module file: a rebuilt engine is a new cache key."""
-    path = getattr(_core, "__file__", None)
-    if not path or not os.path.exists(path):
-        return "unknown"
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
 
 
 _graph_counter = itertools.count()
@@ -344,15 +331,17 @@ class Pass(CustomGraphPass):
         return changed
 
     def uuid(self) -> str:
-        """Cache key: package version, native build, rule set and configuration.
-        Never None (None would turn Inductor's FX graph cache off)."""
+        """Cache key: package version, native build, Python sources, rule set
+        and configuration. Never None (None would turn Inductor's FX graph
+        cache off)."""
         from . import __version__
 
         parts = [
             "fxrewrite",
             __version__,
             _core.engine_fingerprint(),
-            _native_build_id(),
+            native_build_id(),
+            python_sources_id(),
             f"strict={self._strict()}",
             "leave=" + ",".join(sorted({*self.leave, *leave_from_env()})),
         ]

@@ -32,6 +32,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 
+from ._build_id import native_build_id, python_sources_id
 from ._install_env import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
 from .fx_meta import storage_of, v2_written_views
@@ -111,8 +112,9 @@ class PrePass(CustomGraphPass):
 
     def uuid(self) -> str:
         # What it records changes the main pass's decisions, whose own uuid
-        # covers the engine; this names the recording logic.
-        return "fxrewrite-pre-pass-2"
+        # covers the engine; this names the recording logic and its sources
+        # (it reads the v2 encoding through the engine's parser).
+        return f"fxrewrite-pre-pass-2-{python_sources_id()}-{native_build_id()}"
 
 
 _warned_not_rewritten = False
