@@ -1,5 +1,5 @@
-//! Emission: the edit primitives (insert, replace, erase) and the edits of
-//! a decided mutating call, in order: moves, buffers (`unit_clone.rs`),
+//! Emission: the edits of a decided mutating call (pushed through
+//! `PlanBuilder`, `plan_builder.rs`), in order: moves, buffers (`unit_clone.rs`),
 //! written arguments (`written_args.rs`), the in-place call, the results
 //! bound to what they now are, the removed v1 write-backs, and the report
 //! entry ([`Context::node_report`], the one constructor of a `NodeReport`).
@@ -9,44 +9,6 @@ use super::mutation::Decided;
 use super::*;
 
 impl Context<'_> {
-    pub(super) fn insert(
-        &mut self,
-        before: NodeId,
-        callee: Callee,
-        args: Vec<PlanArg>,
-        kwargs: Vec<(String, PlanArg)>,
-        meta: MetaSource,
-    ) -> NewId {
-        let id = NewId(self.new_nodes);
-        self.new_nodes += 1;
-        self.edits.push(Edit::Insert {
-            id,
-            before,
-            callee,
-            args,
-            kwargs,
-            meta,
-            origin: before,
-        });
-        id
-    }
-
-    pub(super) fn replace(&mut self, node: NodeId, with: ValueRef) {
-        if let ValueRef::Old(n) = with {
-            self.stood_for.insert(node, n);
-        }
-        let with = match with {
-            ValueRef::Old(n) => self.resolve(n),
-            v @ ValueRef::New(_) => v,
-        };
-        self.replaced.insert(node, with);
-        self.edits.push(Edit::Replace { node, with });
-    }
-
-    pub(super) fn erase(&mut self, node: NodeId) {
-        self.edits.push(Edit::Erase { node });
-    }
-
     /// Emits the rewrite of a decided mutating call: the moves, the buffers
     /// (real, or a unit's copy), the written arguments cut again from them,
     /// the in-place call, the results bound to what they now are, the v1
@@ -68,10 +30,7 @@ impl Context<'_> {
         let event = self.next_event;
         self.next_event += 1;
         for &m in moved {
-            self.edits.push(Edit::Move {
-                node: m,
-                before: af,
-            });
+            self.plan.move_before(m, af);
         }
         // Buffers: the real one, or one copy per unit, every member of the
         // unit (written or read) made again from it.
@@ -84,7 +43,7 @@ impl Context<'_> {
         if let Some(&first) = buf_val.first() {
             self.order_users_after(af, first);
         }
-        self.erase(af);
+        self.plan.erase(af);
         self.binds.insert(af, binds);
         let scatters_removed = self.remove_scatters(chains, event);
         self.record_in_place_writes(call, sharing, clone, event);
@@ -104,7 +63,7 @@ impl Context<'_> {
             scatters_removed,
             ..self.node_report(af, self.op_name(call.op), call.form, rule, action)
         };
-        self.report.decisions.push(decision);
+        self.plan.decide(decision);
     }
 
     /// The in-place call itself, on the written arguments `arg_val` and the
@@ -135,7 +94,8 @@ impl Context<'_> {
             .collect();
         let (args, kwargs) = positional_where_allowed(args);
         let meta = returns_meta(call.node, call.return_aliases.len(), Some(0));
-        self.insert(call.node, Callee::Target(call.op), args, kwargs, meta)
+        self.plan
+            .insert(call.node, Callee::Target(call.op), args, kwargs, meta)
     }
 
     /// Replaces each result of `call` (getitems, and the items of written
@@ -163,23 +123,23 @@ impl Context<'_> {
                         None if n_returns == 1 => ValueRef::New(call_id),
                         None => self.getitem_of(af, call_id, *i),
                     };
-                    self.replace(u, v);
+                    self.plan.replace(u, v);
                 }
-                ResultSlot::Buffer(bi) => self.replace(u, buf_val[*bi]),
+                ResultSlot::Buffer(bi) => self.plan.replace(u, buf_val[*bi]),
                 ResultSlot::BufferList(items) => {
                     let list_users: Vec<NodeId> = self.uses.users(u).to_vec();
                     for gu in list_users {
                         if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
                             if let Some(Some(bi)) = items.get(item) {
-                                self.replace(gu, buf_val[*bi]);
-                                self.erase(gu);
+                                self.plan.replace(gu, buf_val[*bi]);
+                                self.plan.erase(gu);
                             }
                         }
                     }
                     self.binds.insert(u, vec![binds[index].clone()]);
                 }
             }
-            self.erase(u);
+            self.plan.erase(u);
         }
     }
 
@@ -191,8 +151,8 @@ impl Context<'_> {
         for c in chains {
             for (&sc, &(base, _)) in c {
                 self.scatter_binds.insert(sc, (base, event));
-                self.replace(sc, ValueRef::Old(base));
-                self.erase(sc);
+                self.plan.replace(sc, ValueRef::Old(base));
+                self.plan.erase(sc);
                 removed += 1;
             }
         }
@@ -242,7 +202,7 @@ impl Context<'_> {
     /// `getitem(call_id, i)`, return `i` of the inserted call, with the
     /// metadata of output `i` of `af`.
     pub(super) fn getitem_of(&mut self, af: NodeId, call_id: NewId, i: usize) -> ValueRef {
-        ValueRef::New(self.insert(
+        ValueRef::New(self.plan.insert(
             af,
             Callee::Getitem,
             vec![
@@ -267,7 +227,7 @@ impl Context<'_> {
             .iter()
             .any(|&u| self.ordering_only_use(u, af))
         {
-            self.replace(af, memory);
+            self.plan.replace(af, memory);
         }
     }
 
@@ -393,6 +353,7 @@ mod tests {
     use super::*;
     use crate::analysis::test_graph::B;
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn a_reinplaced_call_runs_on_the_buffer_and_its_result_becomes_the_buffer() {

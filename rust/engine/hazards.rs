@@ -241,6 +241,7 @@ mod tests {
     use super::*;
     use crate::analysis::test_graph::{add, add_, n, neg, B};
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn a_later_pure_reader_of_the_old_value_moves_ahead_of_the_call() {

@@ -36,8 +36,7 @@ use crate::forms::{Form, FormCall};
 use crate::ir::validate::validate;
 use crate::ir::{Graph, NodeId, OpCode, TargetKind};
 use crate::plan::{
-    Action, Callee, CloneNote, Edit, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg,
-    Report, ValueRef,
+    Action, Callee, CloneNote, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg, ValueRef,
 };
 
 mod checks;
@@ -48,6 +47,7 @@ mod hold_back;
 mod layout;
 mod mutation;
 mod out_call;
+mod plan_builder;
 mod realize;
 mod sharing;
 mod storage;
@@ -60,6 +60,7 @@ mod written_args;
 use checks::CloneReason;
 use classes::StorageClasses;
 use layout::{required_storage, strided_layout};
+use plan_builder::PlanBuilder;
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
 use walk::Bind;
@@ -159,23 +160,13 @@ pub struct Context<'g> {
     clone_reps: HashMap<(NodeId, usize), NodeId>,
     /// Results bound to a clone, and the buffer whose layout the clone has.
     same_layout: HashMap<NodeId, NodeId>,
-    /// Nodes the plan replaced, and by what (replacements never chain).
-    replaced: HashMap<NodeId, ValueRef>,
-    /// Nodes the plan replaced by an original node, and that node before
-    /// its own replacement is followed: its layout is theirs in the
-    /// rewritten program (`layout_source`), also where it was itself
-    /// replaced by a new node of its layout.
-    stood_for: HashMap<NodeId, NodeId>,
     /// Storage key from metadata -> the first node seen with it.
     storage_keys: HashMap<u64, NodeId>,
     /// The next version number to hand out.
     next_event: u32,
-    /// The plan's edits so far, in order.
-    edits: Vec<Edit>,
-    /// Number of nodes the plan creates so far.
-    new_nodes: u32,
-    /// The report so far.
-    report: Report,
+    /// The plan under construction: edits, new nodes, report, and what
+    /// each replaced node now is (`plan_builder.rs`).
+    plan: PlanBuilder,
     /// Every buffer re-inplaced, with the position of the call writing it.
     writes: Vec<(NodeId, i64)>,
     /// The tensors in-place calls get on their real memory (written
@@ -241,18 +232,11 @@ impl<'g> Context<'g> {
             scatter_binds: HashMap::default(),
             clone_reps: HashMap::default(),
             same_layout: HashMap::default(),
-            replaced: HashMap::default(),
-            stood_for: HashMap::default(),
             storage_keys: HashMap::default(),
             next_event: 1,
             writes: Vec::new(),
             in_place: Vec::new(),
-            edits: Vec::new(),
-            new_nodes: 0,
-            report: Report {
-                nodes: n,
-                ..Report::default()
-            },
+            plan: PlanBuilder::new(n),
             options: PlanOptions::default(),
         }
     }
@@ -264,11 +248,7 @@ impl<'g> Context<'g> {
     }
 
     fn finish(self) -> Plan {
-        Plan {
-            edits: self.edits,
-            new_nodes: self.new_nodes,
-            report: self.report,
-        }
+        self.plan.finish()
     }
 }
 
@@ -276,6 +256,7 @@ impl<'g> Context<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Edit;
     use crate::plan::NodeReport;
 
     /// The plan of `g`, which must be a valid graph.

@@ -35,12 +35,7 @@ impl Context<'_> {
             let e = last_write.entry(r).or_insert(p);
             *e = (*e).max(p);
         }
-        let mut gone: HashSet<NodeId> = HashSet::default();
-        for e in &self.edits {
-            if let Edit::Erase { node } = e {
-                gone.insert(*node);
-            }
-        }
+        let gone: HashSet<NodeId> = self.plan.erased().collect();
         let mut marked: BTreeSet<NodeId> = BTreeSet::new();
         for i in 0..self.graph.len() {
             let id = nid(i);
@@ -68,9 +63,7 @@ impl Context<'_> {
             }
         }
         marked.extend(self.unrealized_view_sources());
-        self.report.realized = marked.len();
-        self.edits
-            .extend(marked.into_iter().map(|node| Edit::Realize { node }));
+        self.plan.realize(marked);
     }
 
     /// The computations whose memory an in-place call gets through views
@@ -87,7 +80,7 @@ impl Context<'_> {
     fn unrealized_view_sources(&self) -> BTreeSet<NodeId> {
         let mut out = BTreeSet::new();
         for &n in &self.in_place {
-            let ValueRef::Old(mut cur) = self.resolve(n) else {
+            let ValueRef::Old(mut cur) = self.plan.resolve(n) else {
                 continue;
             };
             // Given directly, a lazy value is realized into its own buffer
@@ -95,7 +88,7 @@ impl Context<'_> {
             let mut through_a_view = false;
             while let Role::View { src, .. } = self.roles[cur.idx()] {
                 through_a_view = true;
-                cur = match self.resolve(src) {
+                cur = match self.plan.resolve(src) {
                     ValueRef::Old(s) => s,
                     ValueRef::New(_) => break,
                 };
@@ -122,6 +115,7 @@ mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{add, n, neg, B};
+    use crate::plan::Edit;
     use crate::plan::{Action, Plan};
 
     fn realized(p: &Plan) -> Vec<NodeId> {

@@ -44,7 +44,7 @@ impl Context<'_> {
     /// (a result bound to its buffer).
     pub(super) fn layout_source(&self, n: NodeId) -> NodeId {
         let mut cur = n;
-        while let Some(&m) = self.stood_for.get(&cur) {
+        while let Some(m) = self.plan.stood_for(cur) {
             if m == cur {
                 break;
             }
@@ -58,10 +58,6 @@ impl Context<'_> {
             }
         }
         cur
-    }
-
-    pub(super) fn resolve(&self, n: NodeId) -> ValueRef {
-        self.replaced.get(&n).copied().unwrap_or(ValueRef::Old(n))
     }
 
     /// Geometry of a view that may not be walked yet: its chain of view

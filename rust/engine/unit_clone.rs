@@ -54,7 +54,10 @@ impl Context<'_> {
             .map(|b| call.buffers[b].node)
             .chain(sharing.unit_read_slots(u).map(|r| call.read_nodes[r].1));
         for n in nodes {
-            if !members.iter().any(|&m| self.resolve(m) == self.resolve(n)) {
+            if !members
+                .iter()
+                .any(|&m| self.plan.resolve(m) == self.plan.resolve(n))
+            {
                 members.push(n);
             }
         }
@@ -85,7 +88,7 @@ impl Context<'_> {
     /// can be replayed. A node the plan replaced stands for its replacement
     /// (a result bound to its buffer), so the chain continues from there.
     fn view_chain(&self, n: NodeId) -> Vec<NodeId> {
-        let ValueRef::Old(mut cur) = self.resolve(n) else {
+        let ValueRef::Old(mut cur) = self.plan.resolve(n) else {
             return Vec::new();
         };
         let mut chain = vec![cur];
@@ -93,7 +96,7 @@ impl Context<'_> {
             if self.replay_args_of(cur, src).is_err() {
                 break;
             }
-            let ValueRef::Old(next) = self.resolve(src) else {
+            let ValueRef::Old(next) = self.plan.resolve(src) else {
                 break;
             };
             chain.push(next);
@@ -133,7 +136,7 @@ impl Context<'_> {
                 let Some(Role::View { src, .. }) = self.roles.get(v.idx()).cloned() else {
                     return Err(format!("`{}` is not a view", self.graph.node(v).name));
                 };
-                debug_assert_eq!(self.resolve(src), ValueRef::Old(chain[i + 1]));
+                debug_assert_eq!(self.plan.resolve(src), ValueRef::Old(chain[i + 1]));
                 if self.graph.target_of(v).name == "aten::as_strided.default"
                     && !self.within(v, anchor)
                 {
@@ -227,7 +230,7 @@ impl Context<'_> {
     ) -> Vec<(NodeId, ValueRef)> {
         match recipe {
             UnitRecipe::Single { node, source } => {
-                let base = self.resolve(*node);
+                let base = self.plan.resolve(*node);
                 vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
             }
             UnitRecipe::Ancestor {
@@ -235,7 +238,7 @@ impl Context<'_> {
                 source,
                 paths,
             } => {
-                let base = self.resolve(*anchor);
+                let base = self.plan.resolve(*anchor);
                 let copy = ValueRef::New(self.exact_clone(af, base, source));
                 let mut out = Vec::new();
                 for (m, replays) in paths {
@@ -243,7 +246,7 @@ impl Context<'_> {
                     for (callee, rest, kwargs) in replays.clone() {
                         let mut args = vec![PlanArg::Ref(v)];
                         args.extend(rest);
-                        v = ValueRef::New(self.insert(
+                        v = ValueRef::New(self.plan.insert(
                             af,
                             callee,
                             args,
@@ -260,11 +263,11 @@ impl Context<'_> {
                 needed,
                 layouts,
             } => {
-                let flat = self.insert(
+                let flat = self.plan.insert(
                     af,
                     Callee::Aten("aten::as_strided.default"),
                     vec![
-                        PlanArg::Ref(self.resolve(*source)),
+                        PlanArg::Ref(self.plan.resolve(*source)),
                         PlanArg::IntList(vec![*needed]),
                         PlanArg::IntList(vec![1]),
                         PlanArg::Int(0),
@@ -272,7 +275,7 @@ impl Context<'_> {
                     vec![],
                     MetaSource::Compute,
                 );
-                let copy = self.insert(
+                let copy = self.plan.insert(
                     af,
                     Callee::Aten("aten::clone.default"),
                     vec![PlanArg::Ref(ValueRef::New(flat))],
@@ -282,7 +285,7 @@ impl Context<'_> {
                 layouts
                     .iter()
                     .map(|(m, size, stride, offset)| {
-                        let v = self.insert(
+                        let v = self.plan.insert(
                             af,
                             Callee::Aten("aten::as_strided.default"),
                             vec![
@@ -317,7 +320,7 @@ impl Context<'_> {
         let mut unit_bytes = Vec::new();
         for b in 0..nb {
             if clone[b].is_none() {
-                buf_val[b] = Some(self.resolve(call.buffers[b].node));
+                buf_val[b] = Some(self.plan.resolve(call.buffers[b].node));
                 continue;
             }
             if buf_val[b].is_some() {
@@ -332,7 +335,7 @@ impl Context<'_> {
             let made = self.emit_unit_clone(call.node, recipe);
             let value_of = |cx: &Self, n: NodeId| {
                 made.iter()
-                    .find(|(m, _)| cx.resolve(*m) == cx.resolve(n))
+                    .find(|(m, _)| cx.plan.resolve(*m) == cx.plan.resolve(n))
                     .map(|(_, v)| *v)
             };
             for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
@@ -345,7 +348,7 @@ impl Context<'_> {
         let buf_val = buf_val
             .into_iter()
             .zip(&call.buffers)
-            .map(|(v, b)| v.unwrap_or_else(|| self.resolve(b.node)))
+            .map(|(v, b)| v.unwrap_or_else(|| self.plan.resolve(b.node)))
             .collect();
         (buf_val, read_val, unit_bytes)
     }

@@ -202,7 +202,7 @@ impl Context<'_> {
                 cause: Some(cause),
                 ..self.node_report(id, op_name, form, rule, Action::Left)
             };
-            self.report.decisions.push(decision);
+            self.plan.decide(decision);
         }
     }
 }

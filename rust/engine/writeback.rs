@@ -309,21 +309,21 @@ impl Context<'_> {
                 || self.same_bits_through_dtype_views(src, dst);
             if same_geometry && self.ver[src.idx()] == self.classes.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
-                    self.replace(copy, ValueRef::Old(dst));
+                    self.plan.replace(copy, ValueRef::Old(dst));
                 }
-                self.erase(copy);
-                self.report.writebacks_removed += 1;
+                self.plan.erase(copy);
+                self.plan.count_writeback_removed();
             } else {
                 // The new value lives in the input's own memory under another
                 // layout: copy through a temporary, never overlapping memory.
-                let tmp = self.insert(
+                let tmp = self.plan.insert(
                     copy,
                     Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(self.resolve(src))],
+                    vec![PlanArg::Ref(self.plan.resolve(src))],
                     vec![],
                     MetaSource::Compute,
                 );
-                let fresh = self.insert(
+                let fresh = self.plan.insert(
                     copy,
                     Callee::Aten("aten::copy_.default"),
                     vec![
@@ -333,8 +333,8 @@ impl Context<'_> {
                     vec![],
                     MetaSource::Compute,
                 );
-                self.replace(copy, ValueRef::New(fresh));
-                self.erase(copy);
+                self.plan.replace(copy, ValueRef::New(fresh));
+                self.plan.erase(copy);
             }
         }
         let r = self.classes.union(copy, dst);
@@ -354,6 +354,7 @@ mod tests {
     };
     use crate::ir::Value;
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn an_input_written_back_is_written_in_place_and_its_copy_goes() {

@@ -24,14 +24,14 @@ impl Context<'_> {
             };
             let v = match &w.view {
                 ViewOfBuffer::Whole => buf_val[w.buffer],
-                ViewOfBuffer::Alias => ValueRef::New(self.insert(
+                ViewOfBuffer::Alias => ValueRef::New(self.plan.insert(
                     af,
                     Callee::Aten("aten::alias.default"),
                     vec![b],
                     vec![],
                     MetaSource::Compute,
                 )),
-                ViewOfBuffer::Slice { keys } => ValueRef::New(self.insert(
+                ViewOfBuffer::Slice { keys } => ValueRef::New(self.plan.insert(
                     af,
                     Callee::Aten("aten::slice.Tensor"),
                     vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
@@ -41,7 +41,7 @@ impl Context<'_> {
                 ViewOfBuffer::AsStrided { keys } => {
                     match self.view_named_by_offset(call, w.buffer, keys, clone) {
                         Some(v) => v,
-                        None => ValueRef::New(self.insert(
+                        None => ValueRef::New(self.plan.insert(
                             af,
                             Callee::Aten("aten::as_strided.default"),
                             vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
@@ -119,7 +119,7 @@ impl Context<'_> {
                 }
             }
         }
-        Some(self.resolve(x))
+        Some(self.plan.resolve(x))
     }
 
     /// The rank of view `x` of `base` (rank `base_rank`), from the steps
