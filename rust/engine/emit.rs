@@ -44,7 +44,7 @@ impl Context<'_> {
             self.order_users_after(af, first);
         }
         self.plan.erase(af);
-        self.binds.insert(af, binds);
+        self.bindings.bind_results(af, binds);
         let scatters_removed = self.remove_scatters(chains, event);
         self.record_in_place_writes(call, sharing, clone, event);
         let clones = self.unit_notes(call, sharing, clone, &unit_bytes);
@@ -136,7 +136,7 @@ impl Context<'_> {
                             }
                         }
                     }
-                    self.binds.insert(u, vec![binds[index].clone()]);
+                    self.bindings.bind_results(u, vec![binds[index].clone()]);
                 }
             }
             self.plan.erase(u);
@@ -150,7 +150,7 @@ impl Context<'_> {
         let mut removed = 0;
         for c in chains {
             for (&sc, &(base, _)) in c {
-                self.scatter_binds.insert(sc, (base, event));
+                self.bindings.bind_scatter(sc, base, event);
                 self.plan.replace(sc, ValueRef::Old(base));
                 self.plan.erase(sc);
                 removed += 1;

@@ -183,7 +183,7 @@ impl Context<'_> {
 
     pub(super) fn movable(&self, n: NodeId) -> bool {
         let node = self.graph.node(n);
-        if node.op != OpCode::CallFunction || self.scatter_binds.contains_key(&n) {
+        if node.op != OpCode::CallFunction || self.bindings.scatter(n).is_some() {
             return false;
         }
         let target = self.graph.target_of(n);

@@ -39,6 +39,7 @@ use crate::plan::{
     Action, Callee, CloneNote, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg, ValueRef,
 };
 
+mod bindings;
 mod checks;
 mod classes;
 mod emit;
@@ -57,13 +58,13 @@ mod writeback;
 mod writers;
 mod written_args;
 
+use bindings::{Bind, Bindings};
 use checks::CloneReason;
 use classes::StorageClasses;
 use layout::{required_storage, strided_layout};
 use plan_builder::PlanBuilder;
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
-use walk::Bind;
 use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
@@ -151,15 +152,9 @@ pub struct Context<'g> {
     link: Vec<Link>,
     /// The in-place writers already in the graph (`writers.rs`).
     writers: Writers,
-    /// Per planned auto_functionalized node, what each result slot stands
-    /// for; read when the walk reaches its getitems.
-    binds: HashMap<NodeId, Vec<Bind>>,
-    /// Removed v1 scatters -> (the base they become, the version written).
-    scatter_binds: HashMap<NodeId, (NodeId, u32)>,
-    /// (call, buffer) -> the first result node bound to that buffer's clone.
-    clone_reps: HashMap<(NodeId, usize), NodeId>,
-    /// Results bound to a clone, and the buffer whose layout the clone has.
-    same_layout: HashMap<NodeId, NodeId>,
+    /// What the results of planned calls and removed scatters stand for
+    /// (`bindings.rs`); read when the walk reaches them.
+    bindings: Bindings,
     /// Storage key from metadata -> the first node seen with it.
     storage_keys: HashMap<u64, NodeId>,
     /// The next version number to hand out.
@@ -228,10 +223,7 @@ impl<'g> Context<'g> {
             ver: vec![0; n],
             link: vec![Link::Root; n],
             writers,
-            binds: HashMap::default(),
-            scatter_binds: HashMap::default(),
-            clone_reps: HashMap::default(),
-            same_layout: HashMap::default(),
+            bindings: Bindings::default(),
             storage_keys: HashMap::default(),
             next_event: 1,
             writes: Vec::new(),

@@ -56,7 +56,7 @@ impl Context<'_> {
         if call.n_returns == 1 {
             let v = value_of(0).unwrap_or(ValueRef::New(call_id));
             self.plan.replace(af, v);
-            self.binds.insert(af, vec![Bind::Tensor]);
+            self.bindings.bind_results(af, vec![Bind::Tensor]);
         } else {
             for u in users {
                 let Role::AfResult { index, .. } = self.roles[u.idx()] else {
@@ -74,7 +74,8 @@ impl Context<'_> {
             if let Some(&b) = bufs.first() {
                 self.order_users_after(af, ValueRef::New(b));
             }
-            self.binds.insert(af, vec![Bind::Fresh; call.n_returns]);
+            self.bindings
+                .bind_results(af, vec![Bind::Fresh; call.n_returns]);
         }
         self.plan.erase(af);
         let op = self.op_name(call.op);

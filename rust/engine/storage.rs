@@ -51,9 +51,9 @@ impl Context<'_> {
             cur = m;
         }
         while self.graph.node(cur).meta.is_none() {
-            match (self.link[cur.idx()].clone(), self.same_layout.get(&cur)) {
+            match (self.link[cur.idx()].clone(), self.bindings.same_layout(cur)) {
                 (Link::Same(m), _) if m != cur => cur = m,
-                (_, Some(&m)) if m != cur => cur = m,
+                (_, Some(m)) if m != cur => cur = m,
                 _ => break,
             }
         }

@@ -2,27 +2,9 @@
 //! the version of that memory it holds (`storage.rs`); an
 //! auto_functionalized node is read by its form and planned
 //! ([`Context::rewrite_mutation`], [`Context::rewrite_out_call`]), and its
-//! results are then bound to what the plan made them ([`Bind`]).
+//! results are then bound to what the plan made them (`Bind`, `bindings.rs`).
 
 use super::*;
-
-/// What a result of a planned auto_functionalized node stands for.
-#[derive(Clone, Debug)]
-pub(super) enum Bind {
-    /// The memory of `node`, at version `event`, with its geometry.
-    Buffer { node: NodeId, event: u32 },
-    /// A clone made by the plan of buffer `of`, with its layout; results
-    /// bound to the same clone share memory.
-    Clone { key: (NodeId, usize), of: NodeId },
-    /// A view of `node`'s memory at version `event` with unknown geometry.
-    Alias { node: NodeId, event: u32 },
-    /// A fresh tensor.
-    Fresh,
-    /// A written list, element by element.
-    List(Vec<Option<Bind>>),
-    /// The node is itself a tensor (out= with one return); getitems index it.
-    Tensor,
-}
 
 impl Context<'_> {
     pub(super) fn run(&mut self) {
@@ -79,20 +61,17 @@ impl Context<'_> {
                 storage_union = false;
             }
             Role::AfResult { af, index } => {
-                let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
+                let bind = self.bindings.result(af, index);
                 self.apply_bind(id, af, bind);
                 storage_union = false;
             }
             Role::AfListItem { list, item } => {
-                let bind = match self.binds.get(&list).and_then(|b| b.first()) {
-                    Some(Bind::List(items)) => items.get(item).cloned().flatten(),
-                    _ => None,
-                };
+                let bind = self.bindings.list_item(list, item);
                 self.apply_bind(id, list, bind);
                 storage_union = false;
             }
             Role::Scatter { .. } => {
-                if let Some(&(base, event)) = self.scatter_binds.get(&id) {
+                if let Some((base, event)) = self.bindings.scatter(id) {
                     self.classes.union(id, base);
                     self.ver[i] = event;
                     self.link[i] = Link::Same(self.same_target(base));
@@ -141,10 +120,13 @@ impl Context<'_> {
                 self.classes.union(id, node);
                 self.ver[i] = event;
             }
-            Some(Bind::Clone { key, of }) => {
-                self.same_layout.insert(id, of);
-                self.bind_clone(id, key);
-            }
+            Some(Bind::Clone { key, of }) => match self.bindings.bind_clone(id, key, of) {
+                Some(rep) => {
+                    self.classes.union(id, rep);
+                    self.link[i] = Link::Same(self.same_target(rep));
+                }
+                None => self.link[i] = Link::Root,
+            },
             Some(Bind::Tensor) => {
                 self.classes.union(id, af);
                 let r = self.classes.find(id);
@@ -152,19 +134,6 @@ impl Context<'_> {
                 self.link[i] = Link::Root;
             }
             Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
-        }
-    }
-
-    fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
-        match self.clone_reps.get(&key).copied() {
-            Some(rep) => {
-                self.classes.union(id, rep);
-                self.link[id.idx()] = Link::Same(self.same_target(rep));
-            }
-            None => {
-                self.clone_reps.insert(key, id);
-                self.link[id.idx()] = Link::Root;
-            }
         }
     }
 
@@ -272,6 +241,6 @@ mod tests {
         let mut cx = Context::new(&g);
         cx.run();
         assert_ne!(cx.classes.find(nx), cx.classes.find(x));
-        assert_eq!(cx.same_layout.get(&nx), Some(&x));
+        assert_eq!(cx.bindings.same_layout(nx), Some(x));
     }
 }
