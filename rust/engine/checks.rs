@@ -202,7 +202,7 @@ impl Context<'_> {
             return None;
         }
         values.push(root);
-        let reader = self.reader_from(&values, self.pos[copy.idx()], Some(copy))?;
+        let reader = self.reader_from(&values, self.pos.of(copy), Some(copy))?;
         Some(CloneReason::ScatterIntoOverwrittenInput {
             scatter: root,
             input: first,
@@ -239,7 +239,7 @@ impl Context<'_> {
     /// The position of input `x`'s write-back when it comes after `af`.
     fn write_back_after(&self, x: NodeId, af: NodeId) -> Option<i64> {
         let c = *self.writers.writeback.get(&x)?;
-        (self.pos[c.idx()] > self.pos[af.idx()]).then_some(self.pos[c.idx()])
+        (self.pos.of(c) > self.pos.of(af)).then_some(self.pos.of(c))
     }
 
     /// [`CloneReason::ReadAfterWriteBack`]: the write-back of input `x` (at
@@ -423,7 +423,7 @@ mod tests {
         let (mut cx, call) = at_call(&g, on_x);
         let root = class_of(&mut cx, &call);
         assert_eq!(cx.input_must_not_change(root, on_x), None);
-        assert_eq!(cx.write_back_cut(root, on_x), Some((x, cx.pos[copy.idx()])));
+        assert_eq!(cx.write_back_cut(root, on_x), Some((x, cx.pos.of(copy))));
         let (mut cx, call) = at_call(&g, on_y);
         let root = class_of(&mut cx, &call);
         assert_eq!(

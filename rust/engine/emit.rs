@@ -181,7 +181,7 @@ impl Context<'_> {
         for r in touched {
             self.classes.latest[r] = event;
         }
-        let p = self.pos[call.node.idx()];
+        let p = self.pos.of(call.node);
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
                 self.writes.push((b.node, p));

@@ -16,7 +16,7 @@ impl Context<'_> {
         cut: Option<(NodeId, i64)>,
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
-        let p = self.pos[af.idx()];
+        let p = self.pos.of(af);
         let members = std::mem::take(&mut self.classes.members[root]);
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
@@ -34,8 +34,8 @@ impl Context<'_> {
             for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
                 // Readers after the write-back see the final value anyway; the
                 // write-back itself reads its source and counts.
-                let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] > c) && in_input_family;
-                if pos[r.idx()] > p
+                let after_cut = cut.is_some_and(|(_, c)| pos.of(r) > c) && in_input_family;
+                if pos.of(r) > p
                     && r != af
                     && !excluded.contains(&r)
                     && !after_cut
@@ -65,7 +65,7 @@ impl Context<'_> {
         let Some(written) = self.written_geometries(call, &[b]) else {
             return false;
         };
-        let g = self.view_geometry(read, self.pos[call.node.idx()]);
+        let g = self.view_geometry(read, self.pos.of(call.node));
         !written.is_empty() && written.iter().all(|w| w.provably_disjoint(&g))
     }
 
@@ -201,8 +201,8 @@ impl Context<'_> {
     }
 
     pub(super) fn closure(&self, n: NodeId, af: NodeId, set: &mut BTreeSet<NodeId>) -> bool {
-        let p = self.pos[af.idx()];
-        if self.pos[n.idx()] < p || set.contains(&n) {
+        let p = self.pos.of(af);
+        if self.pos.of(n) < p || set.contains(&n) {
             return true;
         }
         if n == af || !self.movable(n) || set.len() >= MAX_MOVED {

@@ -49,6 +49,7 @@ mod layout;
 mod mutation;
 mod out_call;
 mod plan_builder;
+mod positions;
 mod realize;
 mod sharing;
 mod storage;
@@ -63,6 +64,7 @@ use checks::CloneReason;
 use classes::StorageClasses;
 use layout::{required_storage, strided_layout};
 use plan_builder::PlanBuilder;
+use positions::Positions;
 use sharing::{clone_whole_units, Sharing};
 use storage::structural_root;
 use writers::Writers;
@@ -140,10 +142,8 @@ pub struct Context<'g> {
     /// (directly or through views); members whose last reader is behind the
     /// call being planned are dropped from their class for good.
     last_read: Vec<Option<u32>>,
-    /// Position of each node in the *rewritten* order: node `i` is at `2 * i`;
-    /// a node moved ahead of the call at position `p` gets `p - 1`, so it
-    /// sorts after everything originally before the call and before it.
-    pos: Vec<i64>,
+    /// Position of each node in the *rewritten* order (`positions.rs`).
+    pos: Positions,
     /// The storage classes of the rewritten program (`classes.rs`).
     classes: StorageClasses,
     /// Per node, the version of its class's memory the node's value holds.
@@ -218,7 +218,7 @@ impl<'g> Context<'g> {
             arrival: None,
             uses,
             last_read,
-            pos: (0..n).map(|i| 2 * i as i64).collect(),
+            pos: Positions::new(n),
             classes: StorageClasses::new(n),
             ver: vec![0; n],
             link: vec![Link::Root; n],

@@ -178,10 +178,9 @@ impl Context<'_> {
         let moves = self
             .readers_to_move(call, root, &active, cut, chain)
             .map_err(|reason| (active, reason))?;
-        let p = self.pos[af.idx()];
         for m in moves {
-            tentative.previous_pos.push((m, self.pos[m.idx()]));
-            self.pos[m.idx()] = p - 1;
+            let before = self.pos.move_ahead_of(m, af);
+            tentative.previous_pos.push((m, before));
             tentative.moved.insert(m);
         }
         Ok(())
@@ -190,7 +189,7 @@ impl Context<'_> {
     /// Undoes the changes of `tentative`, newest first.
     fn roll_back(&mut self, tentative: Tentative) {
         for (m, p) in tentative.previous_pos.into_iter().rev() {
-            self.pos[m.idx()] = p;
+            self.pos.restore(m, p);
         }
         self.restore_links(tentative.links);
     }
@@ -237,7 +236,7 @@ impl Context<'_> {
         let mut late = None;
         for &v in values {
             for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
-                if self.pos[r.idx()] >= from && Some(r) != except {
+                if self.pos.of(r) >= from && Some(r) != except {
                     late = Some(r);
                     return false;
                 }

@@ -44,7 +44,7 @@ impl Context<'_> {
             }
             let mut operands = Vec::new();
             self.graph.node(id).for_each_operand(|o| operands.push(o));
-            let p = self.pos[i];
+            let p = self.pos.of(id);
             let early = operands.into_iter().any(|o| {
                 reads(&self.roles, id, o)
                     && last_write

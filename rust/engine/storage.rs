@@ -65,7 +65,7 @@ impl Context<'_> {
     pub(super) fn view_geometry(&self, n: NodeId, p: i64) -> Geometry {
         let mut steps: Vec<&ViewStep> = Vec::new();
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             match &self.roles[cur.idx()] {
                 Role::View { src, step, .. } => {
                     steps.extend(step.iter());
@@ -192,7 +192,7 @@ mod tests {
         // Before the walk reaches a view, its geometry comes from the chain
         // of view nodes back to a node already placed.
         let fresh = Context::new(&g);
-        assert_eq!(fresh.view_geometry(s2, fresh.pos[t.idx()]).steps.len(), 2);
+        assert_eq!(fresh.view_geometry(s2, fresh.pos.of(t)).steps.len(), 2);
     }
 
     #[test]

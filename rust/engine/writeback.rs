@@ -76,7 +76,7 @@ impl Context<'_> {
             }
         }
         let latest = self.classes.latest[root];
-        let p = self.pos[af.idx()];
+        let p = self.pos.of(af);
         while let Some(sc) = queue.pop_first() {
             let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
                 continue;
@@ -224,7 +224,7 @@ impl Context<'_> {
     /// non-overlapping views of (`n` itself when it is there already).
     pub(super) fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             match &self.roles[cur.idx()] {
                 Role::View {
                     src,
@@ -243,7 +243,7 @@ impl Context<'_> {
     pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64, undo: &mut LinkUndo) {
         let mut chain = Vec::new();
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             let Role::View { src, step, .. } = &self.roles[cur.idx()] else {
                 break;
             };
@@ -495,7 +495,7 @@ mod tests {
         let r = b.call("r", &neg(), vec![n(s2)]);
         let g = b.output(&[r]);
         let cx = Context::new(&g);
-        let at = |node: NodeId| cx.pos[node.idx()];
+        let at = |node: NodeId| cx.pos.of(node);
         assert_eq!(cx.view_anchor(s2, at(t)), Some(t));
         assert_eq!(cx.view_anchor(s2, at(s)), Some(s));
         assert_eq!(cx.view_anchor(s2, at(s2)), Some(s2));
