@@ -312,7 +312,7 @@ mod tests {
     fn at_call(g: &Graph, af: NodeId) -> (Context<'_>, MutationCall) {
         let mut cx = Context::new(g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
             panic!("a mutation call");

@@ -13,13 +13,16 @@ impl Context<'_> {
     /// (real, or a unit's copy), the written arguments cut again from them,
     /// the in-place call, the results bound to what they now are, the v1
     /// write-backs it makes no-ops, and the report.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] from [`Self::emit_buffers`].
     pub(super) fn emit_mutation(
         &mut self,
         call: &MutationCall,
         rule: &'static str,
         sharing: &Sharing,
         decided: &Decided,
-    ) {
+    ) -> Result<()> {
         let Decided {
             clone,
             recipes,
@@ -34,7 +37,7 @@ impl Context<'_> {
         }
         // Buffers: the real one, or one copy per unit, every member of the
         // unit (written or read) made again from it.
-        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone, recipes);
+        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone, recipes)?;
         let arg_val = self.emit_written_args(call, &buf_val, clone);
         let call_id = self.emit_inplace_call(call, &arg_val, &read_val);
         let binds = result_binds(call, sharing, clone, event);
@@ -64,6 +67,7 @@ impl Context<'_> {
             ..self.node_report(af, self.op_name(call.op), call.form, rule, action)
         };
         self.plan.decide(decision);
+        Ok(())
     }
 
     /// The in-place call itself, on the written arguments `arg_val` and the
@@ -166,7 +170,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
         event: u32,
     ) {
         let mut touched: Vec<usize> = Vec::new();
@@ -269,7 +273,7 @@ impl Context<'_> {
 fn result_binds(
     call: &MutationCall,
     sharing: &Sharing,
-    clone: &[Option<CloneNote>],
+    clone: &[Option<CloneReason>],
     event: u32,
 ) -> Vec<Bind> {
     let af = call.node;

@@ -191,7 +191,7 @@ pub fn plan_with(graph: &Graph, options: PlanOptions) -> Result<Plan> {
     let mut cx = Context::new(graph);
     let whole_graph = !options.hold_back_only_the_call;
     cx.options = options;
-    cx.run();
+    cx.run()?;
     cx.realize_early_readers();
     let plan = cx.finish();
     Ok(if whole_graph {

@@ -26,8 +26,10 @@ struct Tentative {
 
 /// What deciding a call settled, for [`Context::emit_mutation`].
 pub(super) struct Decided {
-    /// Per buffer, the note of its clone, or `None` when written in place.
-    pub(super) clone: Vec<Option<CloneNote>>,
+    /// Per buffer, why it is cloned, or `None` when written in place (the
+    /// report's text is made from the reason when the report entry is
+    /// built: [`Context::unit_notes`]).
+    pub(super) clone: Vec<Option<CloneReason>>,
     /// How each unit with a clone is copied, by unit.
     pub(super) recipes: Vec<(usize, UnitRecipe)>,
     /// Readers moved ahead of the call.
@@ -52,13 +54,16 @@ impl Context<'_> {
     /// value ahead of the call where they can be) or cloned and why
     /// ([`Self::decide_clones`]), then emits the call, or leaves it when a
     /// unit that must be cloned cannot be.
-    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Outcome {
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] from [`Self::emit_mutation`].
+    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Result<Outcome> {
         if let Err(reason) = self.check_users(call) {
-            return Outcome::Left(reason);
+            return Ok(Outcome::Left(reason));
         }
         let sharing = match self.sharing(call) {
             Ok(s) => s,
-            Err(reason) => return Outcome::Unattributed(reason),
+            Err(reason) => return Ok(Outcome::Unattributed(reason)),
         };
         let mut tentative = Tentative::default();
         let clone = self.decide_clones(call, &sharing, &mut tentative);
@@ -67,7 +72,7 @@ impl Context<'_> {
             Err(reason) => {
                 // Nothing is emitted for a node left alone.
                 self.roll_back(tentative);
-                return Outcome::Left(reason);
+                return Ok(Outcome::Left(reason));
             }
         };
         let decided = Decided {
@@ -76,8 +81,8 @@ impl Context<'_> {
             moved: tentative.moved,
             chains: tentative.chains,
         };
-        self.emit_mutation(call, rule, &sharing, &decided);
-        Outcome::Rewritten
+        self.emit_mutation(call, rule, &sharing, &decided)?;
+        Ok(Outcome::Rewritten)
     }
 
     /// Per buffer of `call`, the note of its clone, or `None` when it is
@@ -91,22 +96,8 @@ impl Context<'_> {
         call: &MutationCall,
         sharing: &Sharing,
         tentative: &mut Tentative,
-    ) -> Vec<Option<CloneNote>> {
+    ) -> Vec<Option<CloneReason>> {
         let nb = call.buffers.len();
-        let bytes: Vec<Option<u64>> = call
-            .buffers
-            .iter()
-            .map(|b| {
-                self.graph
-                    .node(b.node)
-                    .meta
-                    .as_ref()
-                    .and_then(crate::ir::TensorMeta::nbytes)
-            })
-            .collect();
-        let note = |cx: &Self, b: usize, reason: &CloneReason| {
-            reason.note(cx.graph, &call.buffers[b].label, bytes[b])
-        };
         let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
         for b in 0..nb {
             let r = self.classes.find(call.buffers[b].node);
@@ -118,10 +109,10 @@ impl Context<'_> {
         // Buffers the call writes no element of: no reason to clone applies
         // to them (they still bind the call's results).
         let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
-        let mut clone: Vec<Option<CloneNote>> = (0..nb)
+        let mut clone: Vec<Option<CloneReason>> = (0..nb)
             .map(|b| {
                 let reason = (!noop[b]).then(|| self.buffer_reason(call, sharing, b));
-                reason.flatten().map(|r| note(self, b, &r))
+                reason.flatten()
             })
             .collect();
         clone_whole_units(sharing, &mut clone);
@@ -136,7 +127,7 @@ impl Context<'_> {
                 Err((buffers, reason)) => {
                     self.roll_back(class);
                     for b in buffers {
-                        clone[b] = Some(note(self, b, &reason));
+                        clone[b] = Some(reason.clone());
                     }
                 }
             }
@@ -204,7 +195,7 @@ impl Context<'_> {
         &self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> std::result::Result<Vec<(usize, UnitRecipe)>, String> {
         let mut recipes: Vec<(usize, UnitRecipe)> = Vec::new();
         for (b, note) in clone.iter().enumerate() {

@@ -264,7 +264,7 @@ impl Context<'_> {
 /// written in place together or re-derived together from one copy, so a
 /// buffer whose unit mate is cloned is cloned with it (the report shows one
 /// note per unit: [`Context::unit_notes`]).
-pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote>]) {
+pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneReason>]) {
     for b in 0..clone.len() {
         if clone[b].is_none() {
             if let Some(o) = sharing.unit_buffers(b).find(|&o| clone[o].is_some()) {
@@ -295,7 +295,7 @@ mod tests {
     fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, String> {
         let mut cx = Context::new(g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
             panic!("a mutation call");
@@ -372,16 +372,10 @@ mod tests {
             unit_reads: vec![],
             split: vec![None; 4],
         };
-        let note = |arg: &str| CloneNote {
-            arg: arg.into(),
-            reason: "why".into(),
-            reader: None,
-            reader_source: None,
-            bytes: None,
-        };
-        let mut clone = vec![None, None, Some(note("c")), None];
+        let why = CloneReason::OverlappingView;
+        let mut clone = vec![None, None, Some(why.clone()), None];
         clone_whole_units(&sharing, &mut clone);
-        assert_eq!(clone, [Some(note("c")), None, Some(note("c")), None]);
+        assert_eq!(clone, [Some(why.clone()), None, Some(why), None]);
         assert_eq!(sharing.unit_buffers(3).collect::<Vec<_>>(), [1, 3]);
     }
 }

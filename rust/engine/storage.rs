@@ -126,7 +126,7 @@ mod tests {
 
     fn walked(g: &Graph) -> Context<'_> {
         let mut cx = Context::new(g);
-        cx.run();
+        cx.run().unwrap();
         cx
     }
 

@@ -307,13 +307,18 @@ impl Context<'_> {
     /// The values the call gets for its buffers (the real memory, or a
     /// unit's copy) and for the read slots made again from a copy, and the
     /// bytes each unit's copy moves.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] when a cloned buffer's unit has no recipe,
+    /// or its copy makes no value for one of the unit's buffers: the call
+    /// would otherwise write the real buffer it was to spare.
     pub(super) fn emit_buffers(
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
         recipes: &[(usize, UnitRecipe)],
-    ) -> EmittedBuffers {
+    ) -> Result<EmittedBuffers> {
         let nb = call.buffers.len();
         let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
         let mut read_val: Vec<Option<ValueRef>> = vec![None; call.read_nodes.len()];
@@ -328,8 +333,7 @@ impl Context<'_> {
             }
             let u = sharing.unit_of_buffer[b];
             let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
-                debug_assert!(false, "a cloned unit with no recipe");
-                continue;
+                return Err(self.unmade(call, &call.buffers[b].label, "its unit has no recipe"));
             };
             unit_bytes.push((u, self.recipe_bytes(recipe)));
             let made = self.emit_unit_clone(call.node, recipe);
@@ -338,19 +342,38 @@ impl Context<'_> {
                     .find(|(m, _)| cx.plan.resolve(*m) == cx.plan.resolve(n))
                     .map(|(_, v)| *v)
             };
+            let no_value = "its unit's copy made no value for it";
             for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
-                buf_val[o] = value_of(self, call.buffers[o].node);
+                let v = value_of(self, call.buffers[o].node);
+                buf_val[o] =
+                    Some(v.ok_or_else(|| self.unmade(call, &call.buffers[o].label, no_value))?);
             }
             for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
-                read_val[r] = value_of(self, call.read_nodes[r].1);
+                let v = value_of(self, call.read_nodes[r].1);
+                read_val[r] =
+                    Some(v.ok_or_else(|| self.unmade(call, &call.read_nodes[r].0, no_value))?);
             }
         }
+        // Every buffer is set: written in place, or by its unit's copy.
         let buf_val = buf_val
             .into_iter()
-            .zip(&call.buffers)
-            .map(|(v, b)| v.unwrap_or_else(|| self.plan.resolve(b.node)))
-            .collect();
-        (buf_val, read_val, unit_bytes)
+            .enumerate()
+            .map(|(b, v)| {
+                v.ok_or_else(|| self.unmade(call, &call.buffers[b].label, "it got no value"))
+            })
+            .collect::<Result<Vec<ValueRef>>>()?;
+        Ok((buf_val, read_val, unit_bytes))
+    }
+
+    /// The internal error for slot `label` of `call`, cloned but `why`.
+    fn unmade(&self, call: &MutationCall, label: &str, why: &str) -> crate::Error {
+        crate::Error::Internal {
+            node: Some(call.node.0),
+            detail: format!(
+                "`{label}` of {} is cloned but {why}",
+                self.graph.node(call.node).name
+            ),
+        }
     }
 
     /// Read argument `key` of the call: passed through, or, where a slot of
@@ -391,19 +414,20 @@ impl Context<'_> {
         }
     }
 
-    /// The clone notes of a call: one per cloned unit, naming every member
-    /// the copy serves, with the bytes the copy moves.
+    /// The clone notes of a call: one per cloned unit, its reason turned
+    /// into the report's text, naming every member the copy serves, with
+    /// the bytes the copy moves.
     pub(super) fn unit_notes(
         &self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
         unit_bytes: &[(usize, Option<u64>)],
     ) -> Vec<CloneNote> {
         let mut notes = Vec::new();
         let mut seen: Vec<usize> = Vec::new();
-        for (b, note) in clone.iter().enumerate() {
-            let Some(note) = note else { continue };
+        for (b, reason) in clone.iter().enumerate() {
+            let Some(reason) = reason else { continue };
             let u = sharing.unit_of_buffer[b];
             if seen.contains(&u) {
                 continue;
@@ -419,12 +443,14 @@ impl Context<'_> {
                     .unit_read_slots(u)
                     .map(|r| call.read_nodes[r].0.clone()),
             );
-            let mut note = note.clone();
-            note.arg = call.buffers[b].label.clone();
-            note.bytes = unit_bytes
-                .iter()
-                .find(|(x, _)| *x == u)
-                .map_or(note.bytes, |(_, bytes)| *bytes);
+            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
+                || {
+                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
+                    meta.and_then(crate::ir::TensorMeta::nbytes)
+                },
+                |(_, bytes)| *bytes,
+            );
+            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
             if !others.is_empty() {
                 note.reason = format!(
                     "{}; one copy also serves `{}`, which shared its memory in the program",
@@ -549,7 +575,7 @@ mod tests {
         let af = NodeId(nt.0 - 1);
         let mut cx = Context::new(&g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
             panic!("a mutation call");
@@ -557,5 +583,31 @@ mod tests {
         let sharing = cx.sharing(&call).unwrap();
         // `out` and `x` are both `t`.
         assert_eq!(cx.unit_members(&call, &sharing, 0), [t]);
+    }
+
+    #[test]
+    fn a_cloned_buffer_with_no_copy_is_an_internal_error_never_the_real_buffer() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, Some(&[&["out", "x"]]));
+        let g = b.output(&[nt]);
+        let af = NodeId(nt.0 - 1);
+        let mut cx = Context::new(&g);
+        for i in 0..af.idx() {
+            cx.step(nid(i)).unwrap();
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        let sharing = cx.sharing(&call).unwrap();
+        let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
+        // No recipe for the cloned unit.
+        let err = cx.emit_buffers(&call, &sharing, &clone, &[]).unwrap_err();
+        assert!(
+            matches!(&err, crate::Error::Internal { node: Some(n), detail }
+                if *n == af.0 && detail.contains("no recipe")),
+            "{err}"
+        );
     }
 }

@@ -7,16 +7,25 @@
 use super::*;
 
 impl Context<'_> {
-    pub(super) fn run(&mut self) {
+    /// Walks every node in graph order.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] when planning a call breaks the engine's
+    /// own invariants.
+    pub(super) fn run(&mut self) -> Result<()> {
         for i in 0..self.graph.len() {
-            self.step(nid(i));
+            self.step(nid(i))?;
         }
+        Ok(())
     }
 
     /// Walks node `id`, the next in graph order: joins its storage class,
     /// gives it its version and geometry link, and plans it when it is an
     /// auto_functionalized node.
-    pub(super) fn step(&mut self, id: NodeId) {
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub(super) fn step(&mut self, id: NodeId) -> Result<()> {
         let i = id.idx();
         let role = self.roles[i].clone();
         let mut storage_union = true;
@@ -57,7 +66,7 @@ impl Context<'_> {
                 self.ver[i] = self.classes.latest[r];
             }
             Role::AutoFunctionalized => {
-                self.plan_af(id);
+                self.plan_af(id)?;
                 storage_union = false;
             }
             Role::AfResult { af, index } => {
@@ -89,6 +98,7 @@ impl Context<'_> {
         }
         let r = self.classes.find(id);
         self.classes.members[r].push(id);
+        Ok(())
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {
@@ -137,7 +147,7 @@ impl Context<'_> {
         }
     }
 
-    fn plan_af(&mut self, id: NodeId) {
+    fn plan_af(&mut self, id: NodeId) -> Result<()> {
         // `Role::AutoFunctionalized` is given to nodes of either form only.
         let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
         let op_name = match self.graph.node(id).args.first() {
@@ -152,7 +162,7 @@ impl Context<'_> {
                 )),
             ),
             Some((name, Ok(FormCall::Mutation(call)))) => {
-                (name, self.rewrite_mutation(&call, name))
+                (name, self.rewrite_mutation(&call, name)?)
             }
             Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
             Some((name, Err(reason))) => (name, Outcome::Left(reason)),
@@ -173,6 +183,7 @@ impl Context<'_> {
             };
             self.plan.decide(decision);
         }
+        Ok(())
     }
 }
 
@@ -222,7 +233,7 @@ mod tests {
         let nt = b.getitem("nt", af, 1);
         let g = b.output(&[before, nt]);
         let mut cx = Context::new(&g);
-        cx.run();
+        cx.run().unwrap();
         assert_eq!(cx.classes.find(nt), cx.classes.find(t));
         assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
         assert_eq!(cx.geometry(nt), cx.geometry(t));
@@ -239,7 +250,7 @@ mod tests {
         let nx = b.getitem("nx", af, 1);
         let g = b.output(&[nx]);
         let mut cx = Context::new(&g);
-        cx.run();
+        cx.run().unwrap();
         assert_ne!(cx.classes.find(nx), cx.classes.find(x));
         assert_eq!(cx.bindings.same_layout(nx), Some(x));
     }

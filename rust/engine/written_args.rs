@@ -12,7 +12,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         buf_val: &[ValueRef],
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> Vec<ValueRef> {
         let af = call.node;
         let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
@@ -69,7 +69,7 @@ impl Context<'_> {
         call: &MutationCall,
         buffer: usize,
         keys: &[String; 3],
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> Option<ValueRef> {
         use crate::ir::Value;
         if clone[buffer].is_some() {
