@@ -10,7 +10,18 @@
 //! input's write-back, readers of the old value), run by
 //! `Context::decide_class` in `mutation.rs`.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::analysis::alias::Role;
+use crate::forms::call::MutationCall;
+use crate::ir::{Graph, NodeId, OpCode};
+use crate::plan::CloneNote;
+
+use super::sharing::Sharing;
+use super::storage::structural_root;
+use super::{writeback, Context};
 
 /// Why a written buffer gets a copy instead of being written in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -303,8 +314,10 @@ impl Context<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::*;
     use crate::analysis::test_graph::{add, add_, copy_, expand, n, neg, slice_scatter, B};
+    use crate::forms::FormCall;
     use crate::ir::Value;
 
     /// The walk of `g` up to (not including) node `af`, and the call `af`

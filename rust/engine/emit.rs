@@ -5,8 +5,18 @@
 //! entry ([`Context::node_report`], the one constructor of a `NodeReport`).
 //! The blocks an out= call shares (`out_call.rs`) are here too.
 
+use crate::analysis::alias::Role;
+use crate::error::Result;
+use crate::forms::call::{CallArg, MutationCall, ResultSlot, ViewOfBuffer};
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Action, Callee, MetaSource, NewId, NodeReport, PlanArg, ValueRef};
+
+use super::bindings::Bind;
+use super::checks::CloneReason;
 use super::mutation::Decided;
-use super::*;
+use super::sharing::Sharing;
+use super::{writeback, Context};
 
 impl Context<'_> {
     /// Emits the rewrite of a decided mutating call: the moves, the buffers

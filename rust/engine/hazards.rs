@@ -2,7 +2,17 @@
 //! written memory after the call, and the set of nodes that can move ahead of
 //! the call instead of cloning.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::analysis::liveness::for_each_reader;
+use crate::forms::call::{MutationCall, ViewOfBuffer, WrittenArg};
+use crate::ir::{NodeId, OpCode, TargetKind};
+
+use super::storage::structural_root;
+use super::{Context, MAX_MOVED};
 
 impl Context<'_> {
     /// Readers after position `p` of versions of class `root` older than the
@@ -242,6 +252,7 @@ mod tests {
     use crate::analysis::test_graph::{add, add_, n, neg, B};
     use crate::plan::Action;
     use crate::plan::Edit;
+    use crate::plan::Plan;
 
     #[test]
     fn a_later_pure_reader_of_the_old_value_moves_ahead_of_the_call() {

@@ -4,7 +4,11 @@
 //! slots that shared memory in the program is one copy made by
 //! `unit_clone.rs` from these.
 
-use super::*;
+use crate::analysis::alias::Role;
+use crate::ir::{Graph, NodeId, TargetKind};
+use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
+
+use super::Context;
 
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {

@@ -21,23 +21,15 @@
 //! later in-place call writes to be computed where it stands; that is what
 //! makes both moved readers and readers already before a call sound.
 
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap as HashMap;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-
-use crate::analysis::alias::{
-    arrival_storages, classify, returns_an_alias, Geometry, Role, ViewStep,
-};
-use crate::analysis::liveness::{for_each_reader, last_reads, reads};
+use crate::analysis::alias::{classify, Role, ViewStep};
+use crate::analysis::liveness::last_reads;
 use crate::analysis::uses::Uses;
 use crate::error::Result;
-use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer, WrittenArg};
-use crate::forms::{Form, FormCall};
 use crate::ir::validate::validate;
-use crate::ir::{Graph, NodeId, OpCode, TargetKind};
-use crate::plan::{
-    Action, Callee, CloneNote, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg, ValueRef,
-};
+use crate::ir::{Graph, NodeId};
+use crate::plan::Plan;
 
 mod bindings;
 mod checks;
@@ -59,14 +51,10 @@ mod writeback;
 mod writers;
 mod written_args;
 
-use bindings::{Bind, Bindings};
-use checks::CloneReason;
+use bindings::Bindings;
 use classes::StorageClasses;
-use layout::{required_storage, strided_layout};
 use plan_builder::PlanBuilder;
 use positions::Positions;
-use sharing::{clone_whole_units, Sharing};
-use storage::structural_root;
 use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
@@ -248,8 +236,10 @@ impl<'g> Context<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Callee;
     use crate::plan::Edit;
     use crate::plan::NodeReport;
+    use crate::plan::PlanArg;
 
     /// The plan of `g`, which must be a valid graph.
     pub(super) fn plan_of(g: &Graph) -> Plan {

@@ -1,8 +1,19 @@
 //! The shared safety analysis of a generic mutating call (v1 and v2):
 //! per written buffer, re-inplace, move readers, or clone, and why.
 
+use std::collections::BTreeSet;
+
+use crate::analysis::alias::Role;
+use crate::analysis::liveness::for_each_reader;
+use crate::error::Result;
+use crate::forms::call::{MutationCall, ResultSlot};
+use crate::forms::Form;
+use crate::ir::NodeId;
+
+use super::checks::CloneReason;
+use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::*;
+use super::{writeback, Context, LinkUndo, Outcome};
 
 /// The changes to the walk's state that deciding a call makes before it
 /// knows whether the call is rewritten: readers moved ahead of it and the
@@ -343,6 +354,8 @@ mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{add_, n, neg, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
     use crate::plan::Action;
 
     /// The one clone note of the plan of `g`.

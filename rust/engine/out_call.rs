@@ -2,8 +2,15 @@
 //! write-only outputs gets fresh buffers of the recorded layouts, so it
 //! needs none of the safety analysis of `mutation.rs`.
 
+use crate::analysis::alias::Role;
+use crate::forms::call::OutCall;
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Action, Callee, MetaSource, NewId, PlanArg, ValueRef};
+
+use super::bindings::Bind;
 use super::emit::{positional_where_allowed, returns_meta};
-use super::*;
+use super::{Context, Outcome};
 
 impl Context<'_> {
     /// Plans an out= call: fresh buffers, no safety analysis needed.

@@ -1,7 +1,16 @@
 //! After the walk: the nodes Inductor must compute where they stand, because
 //! an in-place call after them writes memory they read.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::analysis::alias::Role;
+use crate::analysis::liveness::reads;
+use crate::ir::{NodeId, OpCode, TargetKind};
+use crate::plan::ValueRef;
+
+use super::{nid, Context};
 
 impl Context<'_> {
     /// Marks every node that reads memory an in-place call later writes,

@@ -14,7 +14,12 @@
 //! are split, by a copy of the written one's unit. Without a record, a call
 //! whose arguments share memory is left to Inductor.
 
-use super::*;
+use crate::analysis::alias::arrival_storages;
+use crate::forms::call::MutationCall;
+use crate::forms::Form;
+
+use super::checks::CloneReason;
+use super::Context;
 
 /// One tensor slot of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,8 +281,12 @@ pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneReas
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::*;
     use crate::analysis::test_graph::{n, rms, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
+    use crate::ir::NodeId;
     use crate::ir::Value;
 
     /// `rms(out=t, x=t)` on a fresh `t`, with the pre pass's record

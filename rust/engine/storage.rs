@@ -2,7 +2,10 @@
 //! derives from its root, the node whose layout a value has in the
 //! rewritten program, and what a node the plan replaced now is.
 
-use super::*;
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::ir::NodeId;
+
+use super::{Context, Link};
 
 impl Context<'_> {
     pub(super) fn geometry(&self, n: NodeId) -> Geometry {

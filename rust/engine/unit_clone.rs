@@ -4,8 +4,16 @@
 //! is made again from that copy with its own layout. One clone per member
 //! would split the sharing the kernel saw in eager.
 
-use super::layout::{replayable_view, CloneSource, Replay};
-use super::*;
+use crate::analysis::alias::Role;
+use crate::error::Result;
+use crate::forms::call::MutationCall;
+use crate::ir::{NodeId, TargetKind};
+use crate::plan::{Callee, CloneNote, MetaSource, PlanArg, ValueRef};
+
+use super::checks::CloneReason;
+use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
+use super::sharing::Sharing;
+use super::Context;
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
 /// read slot the value made again from a copy (if any), and per cloned unit
@@ -466,9 +474,12 @@ impl Context<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::super::tests::inserted;
     use super::*;
     use crate::analysis::test_graph::{meta, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
 
     #[test]
     fn one_member_is_an_exact_clone_of_it() {

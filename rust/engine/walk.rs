@@ -4,7 +4,14 @@
 //! ([`Context::rewrite_mutation`], [`Context::rewrite_out_call`]), and its
 //! results are then bound to what the plan made them (`Bind`, `bindings.rs`).
 
-use super::*;
+use crate::analysis::alias::{returns_an_alias, Role};
+use crate::error::Result;
+use crate::forms::{Form, FormCall};
+use crate::ir::NodeId;
+use crate::plan::{Action, LeftCause, NodeReport};
+
+use super::bindings::Bind;
+use super::{nid, Context, Link, Outcome};
 
 impl Context<'_> {
     /// Walks every node in graph order.

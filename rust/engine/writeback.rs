@@ -2,7 +2,18 @@
 //! back into its base (removed when they are pure write-backs), and the
 //! `copy_` epilogue of a mutated graph input.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::forms::call::{MutationCall, ResultSlot};
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
+
+use super::layout::strided_layout;
+use super::{Context, Link, LinkUndo};
 
 /// A write-back chain: each scatter, with the base of its chain and whether
 /// it writes back exactly the new values (then it can go).

@@ -3,7 +3,13 @@
 //! an `as_strided` with the node's own keyword arguments, or, for a v2 view
 //! given by a symbolic storage offset, the graph's own view.
 
-use super::*;
+use crate::analysis::alias::{Role, ViewStep};
+use crate::forms::call::{MutationCall, ViewOfBuffer};
+use crate::ir::NodeId;
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
+
+use super::checks::CloneReason;
+use super::Context;
 
 impl Context<'_> {
     /// The written arguments of `call`, cut again from their buffers'
