@@ -2,7 +2,9 @@
 //! `PlanBuilder`, `plan_builder.rs`), in order: moves, buffers (`unit_clone.rs`),
 //! written arguments (`written_args.rs`), the in-place call, the results
 //! bound to what they now are, the removed v1 write-backs, and the report
-//! entry ([`Context::node_report`], the one constructor of a `NodeReport`).
+//! entry ([`Context::node_report`], the one constructor of a `NodeReport`;
+//! the clone reasons decided are made report text here, in
+//! [`Context::unit_notes`]).
 //! The blocks an out= call shares (`out_call.rs`) are here too.
 
 use crate::analysis::alias::Role;
@@ -10,7 +12,7 @@ use crate::error::Result;
 use crate::forms::call::{CallArg, MutationCall, ResultSlot, ViewOfBuffer};
 use crate::forms::Form;
 use crate::ir::NodeId;
-use crate::plan::{Action, Callee, MetaSource, NewId, NodeReport, PlanArg, ValueRef};
+use crate::plan::{Action, Callee, CloneNote, MetaSource, NewId, NodeReport, PlanArg, ValueRef};
 
 use super::bindings::Bind;
 use super::checks::CloneReason;
@@ -243,6 +245,55 @@ impl Context<'_> {
         {
             self.plan.replace(af, memory);
         }
+    }
+
+    /// The clone notes of a call: one per cloned unit, its reason turned
+    /// into the report's text, naming every member the copy serves, with
+    /// the bytes the copy moves.
+    pub(super) fn unit_notes(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneReason>],
+        unit_bytes: &[(usize, Option<u64>)],
+    ) -> Vec<CloneNote> {
+        let mut notes = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        for (b, reason) in clone.iter().enumerate() {
+            let Some(reason) = reason else { continue };
+            let u = sharing.unit_of_buffer[b];
+            if seen.contains(&u) {
+                continue;
+            }
+            seen.push(u);
+            let mut others: Vec<String> = sharing
+                .unit_buffers(b)
+                .filter(|&o| o != b)
+                .map(|o| call.buffers[o].label.clone())
+                .collect();
+            others.extend(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.clone()),
+            );
+            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
+                || {
+                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
+                    meta.and_then(crate::ir::TensorMeta::nbytes)
+                },
+                |(_, bytes)| *bytes,
+            );
+            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
+            if !others.is_empty() {
+                note.reason = format!(
+                    "{}; one copy also serves `{}`, which shared its memory in the program",
+                    note.reason,
+                    others.join("`, `")
+                );
+            }
+            notes.push(note);
+        }
+        notes
     }
 
     /// The qualified name of operator `op`.

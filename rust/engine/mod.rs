@@ -83,7 +83,7 @@ pub enum Outcome {
     /// strict mode).
     Left(String),
     /// The node is left untouched because its arguments share memory and no
-    /// record says whether the program shared it ([`LeftCause::UnattributedSharing`]).
+    /// record says whether the program shared it ([`crate::plan::LeftCause::UnattributedSharing`]).
     Unattributed(String),
 }
 
@@ -163,7 +163,9 @@ pub struct Context<'g> {
 /// Plans the rewrite of every auto_functionalized node of `graph`.
 ///
 /// # Errors
-/// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant. Nodes
+/// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant;
+/// [`crate::Error::Internal`] when planning breaks the engine's own
+/// invariants (a bug in fxrewrite). Nodes
 /// that no rule reads, or that the engine cannot rewrite, are not errors:
 /// they are reported as left alone.
 pub fn plan(graph: &Graph) -> Result<Plan> {

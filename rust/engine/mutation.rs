@@ -1,5 +1,28 @@
 //! The shared safety analysis of a generic mutating call (v1 and v2):
 //! per written buffer, re-inplace, move readers, or clone, and why.
+//!
+//! Decide, then emit: deciding pushes no edit and records no report entry
+//! (the plan, `plan_builder.rs`, is only written by `emit_mutation`), and the
+//! clone decision is data (`Decided`: per buffer the `CloneReason`, turned
+//! into report text only in `unit_notes`). What is still undone by hand is
+//! the walk state the checks themselves read, kept in one journal
+//! ([`Tentative`], undone as a whole by [`Context::roll_back`]):
+//! - positions (`positions.rs`): the readers a storage class moves ahead of
+//!   the call. The checks of a *later* class of the same call must see
+//!   them (`readers_to_move`, `reader_from` and `view_geometry` read
+//!   `Positions::of`), so an accepted class's moves are live before the
+//!   call is decided; a refused class, or a call left because a unit has no
+//!   recipe, drops them.
+//! - geometry links (`Context::link`, set by the v1 scatter-chain search,
+//!   `writeback.rs`): the geometries the search compares run through the
+//!   links it gives nodes not walked yet.
+//!
+//! Making this structural means an overlay (a tentative layer with marks
+//! per class) inside `Positions` and a links type of its own, read by every
+//! geometry and position query in `storage.rs`, `hazards.rs`, `checks.rs`
+//! and `writeback.rs`; it was not done in this step because those queries
+//! are the walk's hot path and the layer must be nested (call, then class),
+//! so it needs its own benchmark against `benches/`.
 
 use std::collections::BTreeSet;
 
@@ -67,7 +90,7 @@ impl Context<'_> {
     /// unit that must be cloned cannot be.
     ///
     /// # Errors
-    /// [`crate::Error::Internal`] from [`Self::emit_mutation`].
+    /// [`crate::Error::Internal`] from `emit_mutation`.
     pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Result<Outcome> {
         if let Err(reason) = self.check_users(call) {
             return Ok(Outcome::Left(reason));

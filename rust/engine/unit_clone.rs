@@ -8,7 +8,7 @@ use crate::analysis::alias::Role;
 use crate::error::Result;
 use crate::forms::call::MutationCall;
 use crate::ir::{NodeId, TargetKind};
-use crate::plan::{Callee, CloneNote, MetaSource, PlanArg, ValueRef};
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::checks::CloneReason;
 use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
@@ -420,55 +420,6 @@ impl Context<'_> {
             }
             _ => from_kwarg,
         }
-    }
-
-    /// The clone notes of a call: one per cloned unit, its reason turned
-    /// into the report's text, naming every member the copy serves, with
-    /// the bytes the copy moves.
-    pub(super) fn unit_notes(
-        &self,
-        call: &MutationCall,
-        sharing: &Sharing,
-        clone: &[Option<CloneReason>],
-        unit_bytes: &[(usize, Option<u64>)],
-    ) -> Vec<CloneNote> {
-        let mut notes = Vec::new();
-        let mut seen: Vec<usize> = Vec::new();
-        for (b, reason) in clone.iter().enumerate() {
-            let Some(reason) = reason else { continue };
-            let u = sharing.unit_of_buffer[b];
-            if seen.contains(&u) {
-                continue;
-            }
-            seen.push(u);
-            let mut others: Vec<String> = sharing
-                .unit_buffers(b)
-                .filter(|&o| o != b)
-                .map(|o| call.buffers[o].label.clone())
-                .collect();
-            others.extend(
-                sharing
-                    .unit_read_slots(u)
-                    .map(|r| call.read_nodes[r].0.clone()),
-            );
-            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
-                || {
-                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
-                    meta.and_then(crate::ir::TensorMeta::nbytes)
-                },
-                |(_, bytes)| *bytes,
-            );
-            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
-            if !others.is_empty() {
-                note.reason = format!(
-                    "{}; one copy also serves `{}`, which shared its memory in the program",
-                    note.reason,
-                    others.join("`, `")
-                );
-            }
-            notes.push(note);
-        }
-        notes
     }
 }
 
