@@ -42,8 +42,7 @@ impl Context<'_> {
             chains,
         } = decided;
         let af = call.node;
-        let event = self.next_event;
-        self.next_event += 1;
+        let event = self.classes.new_version();
         for &m in moved {
             self.plan.move_before(m, af);
         }

@@ -21,8 +21,6 @@
 //! later in-place call writes to be computed where it stands; that is what
 //! makes both moved readers and readers already before a call sound.
 
-use rustc_hash::FxHashMap as HashMap;
-
 use crate::analysis::alias::{classify, Role, ViewStep};
 use crate::analysis::liveness::last_reads;
 use crate::analysis::uses::Uses;
@@ -143,10 +141,6 @@ pub struct Context<'g> {
     /// What the results of planned calls and removed scatters stand for
     /// (`bindings.rs`); read when the walk reaches them.
     bindings: Bindings,
-    /// Storage key from metadata -> the first node seen with it.
-    storage_keys: HashMap<u64, NodeId>,
-    /// The next version number to hand out.
-    next_event: u32,
     /// The plan under construction: edits, new nodes, report, and what
     /// each replaced node now is (`plan_builder.rs`).
     plan: PlanBuilder,
@@ -165,9 +159,8 @@ pub struct Context<'g> {
 /// # Errors
 /// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant;
 /// [`crate::Error::Internal`] when planning breaks the engine's own
-/// invariants (a bug in fxrewrite). Nodes
-/// that no rule reads, or that the engine cannot rewrite, are not errors:
-/// they are reported as left alone.
+/// invariants (a bug in fxrewrite). Nodes that no rule reads, or that the
+/// engine cannot rewrite, are not errors: they are reported as left alone.
 pub fn plan(graph: &Graph) -> Result<Plan> {
     plan_with(graph, PlanOptions::default())
 }
@@ -214,8 +207,6 @@ impl<'g> Context<'g> {
             link: vec![Link::Root; n],
             writers,
             bindings: Bindings::default(),
-            storage_keys: HashMap::default(),
-            next_event: 1,
             writes: Vec::new(),
             in_place: Vec::new(),
             plan: PlanBuilder::new(n),

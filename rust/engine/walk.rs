@@ -112,15 +112,10 @@ impl Context<'_> {
         let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
             return;
         };
-        match self.storage_keys.get(&key).copied() {
-            Some(first) => {
-                let r = self.classes.union(id, first);
-                if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                    self.ver[id.idx()] = self.classes.latest[r];
-                }
-            }
-            None => {
-                self.storage_keys.insert(key, id);
+        if let Some(first) = self.classes.first_with_storage_key(key, id) {
+            let r = self.classes.union(id, first);
+            if !matches!(self.roles[id.idx()], Role::View { .. }) {
+                self.ver[id.idx()] = self.classes.latest[r];
             }
         }
     }

@@ -349,8 +349,7 @@ impl Context<'_> {
             }
         }
         let r = self.classes.union(copy, dst);
-        let e = self.next_event;
-        self.next_event += 1;
+        let e = self.classes.new_version();
         self.classes.latest[r] = e;
         self.ver[copy.idx()] = e;
     }
