@@ -199,8 +199,7 @@ impl Context<'_> {
         let p = self.pos.of(call.node);
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
-                self.writes.push((b.node, p));
-                self.in_place.push(b.node);
+                self.in_place.write(b.node, p);
             }
         }
         // Read slots that share the memory written in place: they must be
@@ -208,7 +207,7 @@ impl Context<'_> {
         for &(r, u) in &sharing.unit_reads {
             if let Some(b) = (0..call.buffers.len()).find(|&b| sharing.unit_of_buffer[b] == u) {
                 if clone[b].is_none() {
-                    self.in_place.push(call.read_nodes[r].1);
+                    self.in_place.share(call.read_nodes[r].1);
                 }
             }
         }

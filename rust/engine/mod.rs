@@ -35,6 +35,7 @@ mod classes;
 mod emit;
 mod hazards;
 mod hold_back;
+mod in_place;
 mod layout;
 mod mutation;
 mod out_call;
@@ -51,6 +52,7 @@ mod written_args;
 
 use bindings::Bindings;
 use classes::StorageClasses;
+use in_place::InPlaceWrites;
 use plan_builder::PlanBuilder;
 use positions::Positions;
 use writers::Writers;
@@ -144,12 +146,8 @@ pub struct Context<'g> {
     /// The plan under construction: edits, new nodes, report, and what
     /// each replaced node now is (`plan_builder.rs`).
     plan: PlanBuilder,
-    /// Every buffer re-inplaced, with the position of the call writing it.
-    writes: Vec<(NodeId, i64)>,
-    /// The tensors in-place calls get on their real memory (written
-    /// buffers, and read slots sharing them): their view sources are
-    /// realized (`realize.rs`).
-    in_place: Vec<NodeId>,
+    /// What the plan writes in place, for `realize.rs` (`in_place.rs`).
+    in_place: InPlaceWrites,
     /// What the caller asked for.
     options: PlanOptions,
 }
@@ -207,8 +205,7 @@ impl<'g> Context<'g> {
             link: vec![Link::Root; n],
             writers,
             bindings: Bindings::default(),
-            writes: Vec::new(),
-            in_place: Vec::new(),
+            in_place: InPlaceWrites::default(),
             plan: PlanBuilder::new(n),
             options: PlanOptions::default(),
         }

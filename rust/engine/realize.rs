@@ -35,11 +35,11 @@ impl Context<'_> {
     /// Storage classes at the end of the walk are the coarsest, so the set
     /// is a superset of what is needed, never a subset.
     pub(super) fn realize_early_readers(&mut self) {
-        if self.writes.is_empty() {
+        if self.in_place.is_empty() {
             return;
         }
         let mut last_write: HashMap<usize, i64> = HashMap::default();
-        for (b, p) in std::mem::take(&mut self.writes) {
+        for &(b, p) in self.in_place.writes() {
             let r = self.classes.find(b);
             let e = last_write.entry(r).or_insert(p);
             *e = (*e).max(p);
@@ -88,7 +88,7 @@ impl Context<'_> {
     /// and every view of it lowers to a `ReinterpretView` of that buffer.
     fn unrealized_view_sources(&self) -> BTreeSet<NodeId> {
         let mut out = BTreeSet::new();
-        for &n in &self.in_place {
+        for &n in self.in_place.given() {
             let ValueRef::Old(mut cur) = self.plan.resolve(n) else {
                 continue;
             };
