@@ -10,7 +10,18 @@
 //! input's write-back, readers of the old value), run by
 //! `Context::decide_class` in `mutation.rs`.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::analysis::alias::Role;
+use crate::forms::call::MutationCall;
+use crate::ir::{Graph, NodeId, OpCode};
+use crate::plan::CloneNote;
+
+use super::sharing::Sharing;
+use super::storage::structural_root;
+use super::{writeback, Context};
 
 /// Why a written buffer gets a copy instead of being written in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,7 +213,7 @@ impl Context<'_> {
             return None;
         }
         values.push(root);
-        let reader = self.reader_from(&values, self.pos[copy.idx()], Some(copy))?;
+        let reader = self.reader_from(&values, self.pos.of(copy), Some(copy))?;
         Some(CloneReason::ScatterIntoOverwrittenInput {
             scatter: root,
             input: first,
@@ -239,7 +250,7 @@ impl Context<'_> {
     /// The position of input `x`'s write-back when it comes after `af`.
     fn write_back_after(&self, x: NodeId, af: NodeId) -> Option<i64> {
         let c = *self.writers.writeback.get(&x)?;
-        (self.pos[c.idx()] > self.pos[af.idx()]).then_some(self.pos[c.idx()])
+        (self.pos.of(c) > self.pos.of(af)).then_some(self.pos.of(c))
     }
 
     /// [`CloneReason::ReadAfterWriteBack`]: the write-back of input `x` (at
@@ -303,8 +314,10 @@ impl Context<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::*;
     use crate::analysis::test_graph::{add, add_, copy_, expand, n, neg, slice_scatter, B};
+    use crate::forms::FormCall;
     use crate::ir::Value;
 
     /// The walk of `g` up to (not including) node `af`, and the call `af`
@@ -312,7 +325,7 @@ mod tests {
     fn at_call(g: &Graph, af: NodeId) -> (Context<'_>, MutationCall) {
         let mut cx = Context::new(g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
             panic!("a mutation call");
@@ -423,7 +436,7 @@ mod tests {
         let (mut cx, call) = at_call(&g, on_x);
         let root = class_of(&mut cx, &call);
         assert_eq!(cx.input_must_not_change(root, on_x), None);
-        assert_eq!(cx.write_back_cut(root, on_x), Some((x, cx.pos[copy.idx()])));
+        assert_eq!(cx.write_back_cut(root, on_x), Some((x, cx.pos.of(copy))));
         let (mut cx, call) = at_call(&g, on_y);
         let root = class_of(&mut cx, &call);
         assert_eq!(

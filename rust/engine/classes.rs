@@ -1,8 +1,12 @@
 //! Storage classes of the rewritten program: a union-find over nodes whose
 //! values share memory (views, aliasing returns, re-inplaced results,
 //! storage identity from metadata), with per class the nodes still read
-//! later, the graph inputs it holds, and the newest version of its memory.
-//! The walk (`walk.rs`) joins classes; the checks read them.
+//! later, the graph inputs it holds, and the newest version of its memory;
+//! the version numbers handed out, and the first node seen with each
+//! storage key from metadata. The walk (`walk.rs`) joins classes; the
+//! checks read them.
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::ir::NodeId;
 
@@ -19,6 +23,10 @@ pub(super) struct StorageClasses {
     pub(super) inputs: Vec<Vec<NodeId>>,
     /// Per class root, the newest version (event) of its memory.
     pub(super) latest: Vec<u32>,
+    /// The next version number to hand out (0 is every node's first).
+    next_version: u32,
+    /// Storage key from metadata -> the first node seen with it.
+    storage_keys: HashMap<u64, NodeId>,
 }
 
 impl StorageClasses {
@@ -31,6 +39,28 @@ impl StorageClasses {
             members: vec![Vec::new(); n],
             inputs: vec![Vec::new(); n],
             latest: vec![0; n],
+            next_version: 1,
+            storage_keys: HashMap::default(),
+        }
+    }
+
+    /// A version number never handed out before: the memory a call or a
+    /// write-back writes.
+    pub(super) fn new_version(&mut self) -> u32 {
+        let v = self.next_version;
+        self.next_version += 1;
+        v
+    }
+
+    /// The first node seen with storage key `key` (from metadata), or
+    /// `None` when `n` is the first, which it is then recorded as.
+    pub(super) fn first_with_storage_key(&mut self, key: u64, n: NodeId) -> Option<NodeId> {
+        match self.storage_keys.get(&key).copied() {
+            Some(first) => Some(first),
+            None => {
+                self.storage_keys.insert(key, n);
+                None
+            }
         }
     }
 
@@ -78,6 +108,21 @@ mod tests {
 
     fn id(i: u32) -> NodeId {
         NodeId(i)
+    }
+
+    #[test]
+    fn versions_are_never_handed_out_twice_and_never_zero() {
+        let mut c = StorageClasses::new(2);
+        assert_eq!((c.new_version(), c.new_version()), (1, 2));
+    }
+
+    #[test]
+    fn the_first_node_seen_with_a_storage_key_stands_for_it() {
+        let mut c = StorageClasses::new(4);
+        assert_eq!(c.first_with_storage_key(7, id(1)), None);
+        assert_eq!(c.first_with_storage_key(7, id(3)), Some(id(1)));
+        assert_eq!(c.first_with_storage_key(8, id(2)), None);
+        assert_eq!(c.first_with_storage_key(7, id(2)), Some(id(1)));
     }
 
     #[test]

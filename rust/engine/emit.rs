@@ -1,63 +1,40 @@
-//! Emission: the edit primitives (insert, replace, erase) and the edits of
-//! a decided mutating call, in order: moves, buffers (`unit_clone.rs`),
+//! Emission: the edits of a decided mutating call (pushed through
+//! `PlanBuilder`, `plan_builder.rs`), in order: moves, buffers (`unit_clone.rs`),
 //! written arguments (`written_args.rs`), the in-place call, the results
 //! bound to what they now are, the removed v1 write-backs, and the report
-//! entry ([`Context::node_report`], the one constructor of a `NodeReport`).
+//! entry ([`Context::node_report`], the one constructor of a `NodeReport`;
+//! the clone reasons decided are made report text here, in
+//! [`Context::unit_notes`]).
 //! The blocks an out= call shares (`out_call.rs`) are here too.
 
+use crate::analysis::alias::Role;
+use crate::error::Result;
+use crate::forms::call::{CallArg, MutationCall, ResultSlot, ViewOfBuffer};
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Action, Callee, CloneNote, MetaSource, NewId, NodeReport, PlanArg, ValueRef};
+
+use super::bindings::Bind;
+use super::checks::CloneReason;
 use super::mutation::Decided;
-use super::*;
+use super::sharing::Sharing;
+use super::{writeback, Context};
 
 impl Context<'_> {
-    pub(super) fn insert(
-        &mut self,
-        before: NodeId,
-        callee: Callee,
-        args: Vec<PlanArg>,
-        kwargs: Vec<(String, PlanArg)>,
-        meta: MetaSource,
-    ) -> NewId {
-        let id = NewId(self.new_nodes);
-        self.new_nodes += 1;
-        self.edits.push(Edit::Insert {
-            id,
-            before,
-            callee,
-            args,
-            kwargs,
-            meta,
-            origin: before,
-        });
-        id
-    }
-
-    pub(super) fn replace(&mut self, node: NodeId, with: ValueRef) {
-        if let ValueRef::Old(n) = with {
-            self.stood_for.insert(node, n);
-        }
-        let with = match with {
-            ValueRef::Old(n) => self.resolve(n),
-            v @ ValueRef::New(_) => v,
-        };
-        self.replaced.insert(node, with);
-        self.edits.push(Edit::Replace { node, with });
-    }
-
-    pub(super) fn erase(&mut self, node: NodeId) {
-        self.edits.push(Edit::Erase { node });
-    }
-
     /// Emits the rewrite of a decided mutating call: the moves, the buffers
     /// (real, or a unit's copy), the written arguments cut again from them,
     /// the in-place call, the results bound to what they now are, the v1
     /// write-backs it makes no-ops, and the report.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] from [`Self::emit_buffers`].
     pub(super) fn emit_mutation(
         &mut self,
         call: &MutationCall,
         rule: &'static str,
         sharing: &Sharing,
         decided: &Decided,
-    ) {
+    ) -> Result<()> {
         let Decided {
             clone,
             recipes,
@@ -65,17 +42,13 @@ impl Context<'_> {
             chains,
         } = decided;
         let af = call.node;
-        let event = self.next_event;
-        self.next_event += 1;
+        let event = self.classes.new_version();
         for &m in moved {
-            self.edits.push(Edit::Move {
-                node: m,
-                before: af,
-            });
+            self.plan.move_before(m, af);
         }
         // Buffers: the real one, or one copy per unit, every member of the
         // unit (written or read) made again from it.
-        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone, recipes);
+        let (buf_val, read_val, unit_bytes) = self.emit_buffers(call, sharing, clone, recipes)?;
         let arg_val = self.emit_written_args(call, &buf_val, clone);
         let call_id = self.emit_inplace_call(call, &arg_val, &read_val);
         let binds = result_binds(call, sharing, clone, event);
@@ -84,8 +57,8 @@ impl Context<'_> {
         if let Some(&first) = buf_val.first() {
             self.order_users_after(af, first);
         }
-        self.erase(af);
-        self.binds.insert(af, binds);
+        self.plan.erase(af);
+        self.bindings.bind_results(af, binds);
         let scatters_removed = self.remove_scatters(chains, event);
         self.record_in_place_writes(call, sharing, clone, event);
         let clones = self.unit_notes(call, sharing, clone, &unit_bytes);
@@ -104,7 +77,8 @@ impl Context<'_> {
             scatters_removed,
             ..self.node_report(af, self.op_name(call.op), call.form, rule, action)
         };
-        self.report.decisions.push(decision);
+        self.plan.decide(decision);
+        Ok(())
     }
 
     /// The in-place call itself, on the written arguments `arg_val` and the
@@ -135,7 +109,8 @@ impl Context<'_> {
             .collect();
         let (args, kwargs) = positional_where_allowed(args);
         let meta = returns_meta(call.node, call.return_aliases.len(), Some(0));
-        self.insert(call.node, Callee::Target(call.op), args, kwargs, meta)
+        self.plan
+            .insert(call.node, Callee::Target(call.op), args, kwargs, meta)
     }
 
     /// Replaces each result of `call` (getitems, and the items of written
@@ -163,23 +138,23 @@ impl Context<'_> {
                         None if n_returns == 1 => ValueRef::New(call_id),
                         None => self.getitem_of(af, call_id, *i),
                     };
-                    self.replace(u, v);
+                    self.plan.replace(u, v);
                 }
-                ResultSlot::Buffer(bi) => self.replace(u, buf_val[*bi]),
+                ResultSlot::Buffer(bi) => self.plan.replace(u, buf_val[*bi]),
                 ResultSlot::BufferList(items) => {
                     let list_users: Vec<NodeId> = self.uses.users(u).to_vec();
                     for gu in list_users {
                         if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
                             if let Some(Some(bi)) = items.get(item) {
-                                self.replace(gu, buf_val[*bi]);
-                                self.erase(gu);
+                                self.plan.replace(gu, buf_val[*bi]);
+                                self.plan.erase(gu);
                             }
                         }
                     }
-                    self.binds.insert(u, vec![binds[index].clone()]);
+                    self.bindings.bind_results(u, vec![binds[index].clone()]);
                 }
             }
-            self.erase(u);
+            self.plan.erase(u);
         }
     }
 
@@ -190,9 +165,9 @@ impl Context<'_> {
         let mut removed = 0;
         for c in chains {
             for (&sc, &(base, _)) in c {
-                self.scatter_binds.insert(sc, (base, event));
-                self.replace(sc, ValueRef::Old(base));
-                self.erase(sc);
+                self.bindings.bind_scatter(sc, base, event);
+                self.plan.replace(sc, ValueRef::Old(base));
+                self.plan.erase(sc);
                 removed += 1;
             }
         }
@@ -206,7 +181,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
         event: u32,
     ) {
         let mut touched: Vec<usize> = Vec::new();
@@ -221,11 +196,10 @@ impl Context<'_> {
         for r in touched {
             self.classes.latest[r] = event;
         }
-        let p = self.pos[call.node.idx()];
+        let p = self.pos.of(call.node);
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
-                self.writes.push((b.node, p));
-                self.in_place.push(b.node);
+                self.in_place.write(b.node, p);
             }
         }
         // Read slots that share the memory written in place: they must be
@@ -233,7 +207,7 @@ impl Context<'_> {
         for &(r, u) in &sharing.unit_reads {
             if let Some(b) = (0..call.buffers.len()).find(|&b| sharing.unit_of_buffer[b] == u) {
                 if clone[b].is_none() {
-                    self.in_place.push(call.read_nodes[r].1);
+                    self.in_place.share(call.read_nodes[r].1);
                 }
             }
         }
@@ -242,7 +216,7 @@ impl Context<'_> {
     /// `getitem(call_id, i)`, return `i` of the inserted call, with the
     /// metadata of output `i` of `af`.
     pub(super) fn getitem_of(&mut self, af: NodeId, call_id: NewId, i: usize) -> ValueRef {
-        ValueRef::New(self.insert(
+        ValueRef::New(self.plan.insert(
             af,
             Callee::Getitem,
             vec![
@@ -267,8 +241,57 @@ impl Context<'_> {
             .iter()
             .any(|&u| self.ordering_only_use(u, af))
         {
-            self.replace(af, memory);
+            self.plan.replace(af, memory);
         }
+    }
+
+    /// The clone notes of a call: one per cloned unit, its reason turned
+    /// into the report's text, naming every member the copy serves, with
+    /// the bytes the copy moves.
+    pub(super) fn unit_notes(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneReason>],
+        unit_bytes: &[(usize, Option<u64>)],
+    ) -> Vec<CloneNote> {
+        let mut notes = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        for (b, reason) in clone.iter().enumerate() {
+            let Some(reason) = reason else { continue };
+            let u = sharing.unit_of_buffer[b];
+            if seen.contains(&u) {
+                continue;
+            }
+            seen.push(u);
+            let mut others: Vec<String> = sharing
+                .unit_buffers(b)
+                .filter(|&o| o != b)
+                .map(|o| call.buffers[o].label.clone())
+                .collect();
+            others.extend(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.clone()),
+            );
+            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
+                || {
+                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
+                    meta.and_then(crate::ir::TensorMeta::nbytes)
+                },
+                |(_, bytes)| *bytes,
+            );
+            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
+            if !others.is_empty() {
+                note.reason = format!(
+                    "{}; one copy also serves `{}`, which shared its memory in the program",
+                    note.reason,
+                    others.join("`, `")
+                );
+            }
+            notes.push(note);
+        }
+        notes
     }
 
     /// The qualified name of operator `op`.
@@ -309,7 +332,7 @@ impl Context<'_> {
 fn result_binds(
     call: &MutationCall,
     sharing: &Sharing,
-    clone: &[Option<CloneNote>],
+    clone: &[Option<CloneReason>],
     event: u32,
 ) -> Vec<Bind> {
     let af = call.node;
@@ -393,6 +416,7 @@ mod tests {
     use super::*;
     use crate::analysis::test_graph::B;
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn a_reinplaced_call_runs_on_the_buffer_and_its_result_becomes_the_buffer() {

@@ -2,7 +2,17 @@
 //! written memory after the call, and the set of nodes that can move ahead of
 //! the call instead of cloning.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::analysis::liveness::for_each_reader;
+use crate::forms::call::{MutationCall, ViewOfBuffer, WrittenArg};
+use crate::ir::{NodeId, OpCode, TargetKind};
+
+use super::storage::structural_root;
+use super::{Context, MAX_MOVED};
 
 impl Context<'_> {
     /// Readers after position `p` of versions of class `root` older than the
@@ -16,7 +26,7 @@ impl Context<'_> {
         cut: Option<(NodeId, i64)>,
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
-        let p = self.pos[af.idx()];
+        let p = self.pos.of(af);
         let members = std::mem::take(&mut self.classes.members[root]);
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
@@ -34,8 +44,8 @@ impl Context<'_> {
             for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
                 // Readers after the write-back see the final value anyway; the
                 // write-back itself reads its source and counts.
-                let after_cut = cut.is_some_and(|(_, c)| pos[r.idx()] > c) && in_input_family;
-                if pos[r.idx()] > p
+                let after_cut = cut.is_some_and(|(_, c)| pos.of(r) > c) && in_input_family;
+                if pos.of(r) > p
                     && r != af
                     && !excluded.contains(&r)
                     && !after_cut
@@ -65,7 +75,7 @@ impl Context<'_> {
         let Some(written) = self.written_geometries(call, &[b]) else {
             return false;
         };
-        let g = self.view_geometry(read, self.pos[call.node.idx()]);
+        let g = self.view_geometry(read, self.pos.of(call.node));
         !written.is_empty() && written.iter().all(|w| w.provably_disjoint(&g))
     }
 
@@ -183,7 +193,7 @@ impl Context<'_> {
 
     pub(super) fn movable(&self, n: NodeId) -> bool {
         let node = self.graph.node(n);
-        if node.op != OpCode::CallFunction || self.scatter_binds.contains_key(&n) {
+        if node.op != OpCode::CallFunction || self.bindings.scatter(n).is_some() {
             return false;
         }
         let target = self.graph.target_of(n);
@@ -201,8 +211,8 @@ impl Context<'_> {
     }
 
     pub(super) fn closure(&self, n: NodeId, af: NodeId, set: &mut BTreeSet<NodeId>) -> bool {
-        let p = self.pos[af.idx()];
-        if self.pos[n.idx()] < p || set.contains(&n) {
+        let p = self.pos.of(af);
+        if self.pos.of(n) < p || set.contains(&n) {
             return true;
         }
         if n == af || !self.movable(n) || set.len() >= MAX_MOVED {
@@ -241,6 +251,8 @@ mod tests {
     use super::*;
     use crate::analysis::test_graph::{add, add_, n, neg, B};
     use crate::plan::Action;
+    use crate::plan::Edit;
+    use crate::plan::Plan;
 
     #[test]
     fn a_later_pure_reader_of_the_old_value_moves_ahead_of_the_call() {

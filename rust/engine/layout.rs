@@ -4,7 +4,11 @@
 //! slots that shared memory in the program is one copy made by
 //! `unit_clone.rs` from these.
 
-use super::*;
+use crate::analysis::alias::Role;
+use crate::ir::{Graph, NodeId, TargetKind};
+use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
+
+use super::Context;
 
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
@@ -206,7 +210,7 @@ impl Context<'_> {
     fn views_a_stand_in(&self, n: NodeId) -> bool {
         let mut cur = n;
         while let Role::View { src, .. } = &self.roles[cur.idx()] {
-            if self.stood_for.contains_key(src) {
+            if self.plan.stood_for(*src).is_some() {
                 return true;
             }
             cur = *src;
@@ -282,7 +286,7 @@ impl Context<'_> {
         Some(match a {
             Value::Int(i) => PlanArg::Int(*i),
             Value::None => PlanArg::None,
-            Value::Node(m) => PlanArg::Ref(self.resolve(*m)),
+            Value::Node(m) => PlanArg::Ref(self.plan.resolve(*m)),
             Value::List(items) | Value::Tuple(items) => PlanArg::List(
                 items
                     .iter()
@@ -317,7 +321,7 @@ impl Context<'_> {
         let base = if chain.is_empty() {
             base
         } else {
-            self.resolve(anchor)
+            self.plan.resolve(anchor)
         };
         let (size, stride, offset, needed) = match layout {
             CloneLayout::Static {
@@ -335,7 +339,7 @@ impl Context<'_> {
             }
             CloneLayout::Symbolic { rank, offset } => self.symbolic_layout(af, base, rank, offset),
         };
-        let flat = self.insert(
+        let flat = self.plan.insert(
             af,
             Callee::Aten("aten::as_strided.default"),
             vec![
@@ -350,14 +354,14 @@ impl Context<'_> {
             vec![],
             MetaSource::Compute,
         );
-        let copy = self.insert(
+        let copy = self.plan.insert(
             af,
             Callee::Aten("aten::clone.default"),
             vec![PlanArg::Ref(ValueRef::New(flat))],
             vec![],
             MetaSource::Compute,
         );
-        let mut out = self.insert(
+        let mut out = self.plan.insert(
             af,
             Callee::Aten("aten::as_strided.default"),
             vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
@@ -367,7 +371,9 @@ impl Context<'_> {
         for (callee, rest, kwargs) in chain {
             let mut args = vec![PlanArg::Ref(ValueRef::New(out))];
             args.extend(rest);
-            out = self.insert(af, callee, args, kwargs, MetaSource::Compute);
+            out = self
+                .plan
+                .insert(af, callee, args, kwargs, MetaSource::Compute);
         }
         out
     }
@@ -390,7 +396,7 @@ impl Context<'_> {
         let mut needed = PlanArg::Int(offset + 1);
         for d in 0..i64::from(rank) {
             let query = |cx: &mut Self, op: &'static str| {
-                PlanArg::Ref(ValueRef::New(cx.insert(
+                PlanArg::Ref(ValueRef::New(cx.plan.insert(
                     af,
                     Callee::Aten(op),
                     vec![PlanArg::Ref(base), PlanArg::Int(d)],
@@ -401,7 +407,7 @@ impl Context<'_> {
             let size = query(self, "aten::sym_size.int");
             let stride = query(self, "aten::sym_stride.int");
             let arith = |cx: &mut Self, op: &'static str, a: PlanArg, b: PlanArg| {
-                PlanArg::Ref(ValueRef::New(cx.insert(
+                PlanArg::Ref(ValueRef::New(cx.plan.insert(
                     af,
                     Callee::Operator(op),
                     vec![a, b],

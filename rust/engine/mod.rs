@@ -21,33 +21,26 @@
 //! later in-place call writes to be computed where it stands; that is what
 //! makes both moved readers and readers already before a call sound.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-
-use crate::analysis::alias::{
-    arrival_storages, classify, returns_an_alias, Geometry, Role, ViewStep,
-};
-use crate::analysis::liveness::{for_each_reader, last_reads, reads};
+use crate::analysis::alias::{classify, Role, ViewStep};
+use crate::analysis::liveness::last_reads;
 use crate::analysis::uses::Uses;
 use crate::error::Result;
-use crate::forms::call::{CallArg, MutationCall, OutCall, ResultSlot, ViewOfBuffer, WrittenArg};
-use crate::forms::{Form, FormCall};
 use crate::ir::validate::validate;
-use crate::ir::{Graph, NodeId, OpCode, TargetKind};
-use crate::plan::{
-    Action, Callee, CloneNote, Edit, LeftCause, MetaSource, NewId, NodeReport, Plan, PlanArg,
-    Report, ValueRef,
-};
+use crate::ir::{Graph, NodeId};
+use crate::plan::Plan;
 
+mod bindings;
 mod checks;
 mod classes;
 mod emit;
 mod hazards;
 mod hold_back;
+mod in_place;
 mod layout;
 mod mutation;
 mod out_call;
+mod plan_builder;
+mod positions;
 mod realize;
 mod sharing;
 mod storage;
@@ -57,12 +50,11 @@ mod writeback;
 mod writers;
 mod written_args;
 
-use checks::CloneReason;
+use bindings::Bindings;
 use classes::StorageClasses;
-use layout::{required_storage, strided_layout};
-use sharing::{clone_whole_units, Sharing};
-use storage::structural_root;
-use walk::Bind;
+use in_place::InPlaceWrites;
+use plan_builder::PlanBuilder;
+use positions::Positions;
 use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
@@ -91,7 +83,7 @@ pub enum Outcome {
     /// strict mode).
     Left(String),
     /// The node is left untouched because its arguments share memory and no
-    /// record says whether the program shared it ([`LeftCause::UnattributedSharing`]).
+    /// record says whether the program shared it ([`crate::plan::LeftCause::UnattributedSharing`]).
     Unattributed(String),
 }
 
@@ -138,10 +130,8 @@ pub struct Context<'g> {
     /// (directly or through views); members whose last reader is behind the
     /// call being planned are dropped from their class for good.
     last_read: Vec<Option<u32>>,
-    /// Position of each node in the *rewritten* order: node `i` is at `2 * i`;
-    /// a node moved ahead of the call at position `p` gets `p - 1`, so it
-    /// sorts after everything originally before the call and before it.
-    pos: Vec<i64>,
+    /// Position of each node in the *rewritten* order (`positions.rs`).
+    pos: Positions,
     /// The storage classes of the rewritten program (`classes.rs`).
     classes: StorageClasses,
     /// Per node, the version of its class's memory the node's value holds.
@@ -150,38 +140,14 @@ pub struct Context<'g> {
     link: Vec<Link>,
     /// The in-place writers already in the graph (`writers.rs`).
     writers: Writers,
-    /// Per planned auto_functionalized node, what each result slot stands
-    /// for; read when the walk reaches its getitems.
-    binds: HashMap<NodeId, Vec<Bind>>,
-    /// Removed v1 scatters -> (the base they become, the version written).
-    scatter_binds: HashMap<NodeId, (NodeId, u32)>,
-    /// (call, buffer) -> the first result node bound to that buffer's clone.
-    clone_reps: HashMap<(NodeId, usize), NodeId>,
-    /// Results bound to a clone, and the buffer whose layout the clone has.
-    same_layout: HashMap<NodeId, NodeId>,
-    /// Nodes the plan replaced, and by what (replacements never chain).
-    replaced: HashMap<NodeId, ValueRef>,
-    /// Nodes the plan replaced by an original node, and that node before
-    /// its own replacement is followed: its layout is theirs in the
-    /// rewritten program (`layout_source`), also where it was itself
-    /// replaced by a new node of its layout.
-    stood_for: HashMap<NodeId, NodeId>,
-    /// Storage key from metadata -> the first node seen with it.
-    storage_keys: HashMap<u64, NodeId>,
-    /// The next version number to hand out.
-    next_event: u32,
-    /// The plan's edits so far, in order.
-    edits: Vec<Edit>,
-    /// Number of nodes the plan creates so far.
-    new_nodes: u32,
-    /// The report so far.
-    report: Report,
-    /// Every buffer re-inplaced, with the position of the call writing it.
-    writes: Vec<(NodeId, i64)>,
-    /// The tensors in-place calls get on their real memory (written
-    /// buffers, and read slots sharing them): their view sources are
-    /// realized (`realize.rs`).
-    in_place: Vec<NodeId>,
+    /// What the results of planned calls and removed scatters stand for
+    /// (`bindings.rs`); read when the walk reaches them.
+    bindings: Bindings,
+    /// The plan under construction: edits, new nodes, report, and what
+    /// each replaced node now is (`plan_builder.rs`).
+    plan: PlanBuilder,
+    /// What the plan writes in place, for `realize.rs` (`in_place.rs`).
+    in_place: InPlaceWrites,
     /// What the caller asked for.
     options: PlanOptions,
 }
@@ -189,9 +155,10 @@ pub struct Context<'g> {
 /// Plans the rewrite of every auto_functionalized node of `graph`.
 ///
 /// # Errors
-/// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant. Nodes
-/// that no rule reads, or that the engine cannot rewrite, are not errors:
-/// they are reported as left alone.
+/// [`crate::Error::InvalidGraph`] when the graph breaks an IR invariant;
+/// [`crate::Error::Internal`] when planning breaks the engine's own
+/// invariants (a bug in fxrewrite). Nodes that no rule reads, or that the
+/// engine cannot rewrite, are not errors: they are reported as left alone.
 pub fn plan(graph: &Graph) -> Result<Plan> {
     plan_with(graph, PlanOptions::default())
 }
@@ -205,7 +172,7 @@ pub fn plan_with(graph: &Graph, options: PlanOptions) -> Result<Plan> {
     let mut cx = Context::new(graph);
     let whole_graph = !options.hold_back_only_the_call;
     cx.options = options;
-    cx.run();
+    cx.run()?;
     cx.realize_early_readers();
     let plan = cx.finish();
     Ok(if whole_graph {
@@ -232,27 +199,14 @@ impl<'g> Context<'g> {
             arrival: None,
             uses,
             last_read,
-            pos: (0..n).map(|i| 2 * i as i64).collect(),
+            pos: Positions::new(n),
             classes: StorageClasses::new(n),
             ver: vec![0; n],
             link: vec![Link::Root; n],
             writers,
-            binds: HashMap::default(),
-            scatter_binds: HashMap::default(),
-            clone_reps: HashMap::default(),
-            same_layout: HashMap::default(),
-            replaced: HashMap::default(),
-            stood_for: HashMap::default(),
-            storage_keys: HashMap::default(),
-            next_event: 1,
-            writes: Vec::new(),
-            in_place: Vec::new(),
-            edits: Vec::new(),
-            new_nodes: 0,
-            report: Report {
-                nodes: n,
-                ..Report::default()
-            },
+            bindings: Bindings::default(),
+            in_place: InPlaceWrites::default(),
+            plan: PlanBuilder::new(n),
             options: PlanOptions::default(),
         }
     }
@@ -264,11 +218,7 @@ impl<'g> Context<'g> {
     }
 
     fn finish(self) -> Plan {
-        Plan {
-            edits: self.edits,
-            new_nodes: self.new_nodes,
-            report: self.report,
-        }
+        self.plan.finish()
     }
 }
 
@@ -276,7 +226,10 @@ impl<'g> Context<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Callee;
+    use crate::plan::Edit;
     use crate::plan::NodeReport;
+    use crate::plan::PlanArg;
 
     /// The plan of `g`, which must be a valid graph.
     pub(super) fn plan_of(g: &Graph) -> Plan {

@@ -1,8 +1,42 @@
 //! The shared safety analysis of a generic mutating call (v1 and v2):
 //! per written buffer, re-inplace, move readers, or clone, and why.
+//!
+//! Decide, then emit: deciding pushes no edit and records no report entry
+//! (the plan, `plan_builder.rs`, is only written by `emit_mutation`), and the
+//! clone decision is data (`Decided`: per buffer the `CloneReason`, turned
+//! into report text only in `unit_notes`). What is still undone by hand is
+//! the walk state the checks themselves read, kept in one journal
+//! ([`Tentative`], undone as a whole by [`Context::roll_back`]):
+//! - positions (`positions.rs`): the readers a storage class moves ahead of
+//!   the call. The checks of a *later* class of the same call must see
+//!   them (`readers_to_move`, `reader_from` and `view_geometry` read
+//!   `Positions::of`), so an accepted class's moves are live before the
+//!   call is decided; a refused class, or a call left because a unit has no
+//!   recipe, drops them.
+//! - geometry links (`Context::link`, set by the v1 scatter-chain search,
+//!   `writeback.rs`): the geometries the search compares run through the
+//!   links it gives nodes not walked yet.
+//!
+//! Making this structural means an overlay (a tentative layer with marks
+//! per class) inside `Positions` and a links type of its own, read by every
+//! geometry and position query in `storage.rs`, `hazards.rs`, `checks.rs`
+//! and `writeback.rs`; it was not done in this step because those queries
+//! are the walk's hot path and the layer must be nested (call, then class),
+//! so it needs its own benchmark against `benches/`.
 
+use std::collections::BTreeSet;
+
+use crate::analysis::alias::Role;
+use crate::analysis::liveness::for_each_reader;
+use crate::error::Result;
+use crate::forms::call::{MutationCall, ResultSlot};
+use crate::forms::Form;
+use crate::ir::NodeId;
+
+use super::checks::CloneReason;
+use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::*;
+use super::{writeback, Context, LinkUndo, Outcome};
 
 /// The changes to the walk's state that deciding a call makes before it
 /// knows whether the call is rewritten: readers moved ahead of it and the
@@ -26,8 +60,10 @@ struct Tentative {
 
 /// What deciding a call settled, for [`Context::emit_mutation`].
 pub(super) struct Decided {
-    /// Per buffer, the note of its clone, or `None` when written in place.
-    pub(super) clone: Vec<Option<CloneNote>>,
+    /// Per buffer, why it is cloned, or `None` when written in place (the
+    /// report's text is made from the reason when the report entry is
+    /// built: [`Context::unit_notes`]).
+    pub(super) clone: Vec<Option<CloneReason>>,
     /// How each unit with a clone is copied, by unit.
     pub(super) recipes: Vec<(usize, UnitRecipe)>,
     /// Readers moved ahead of the call.
@@ -52,13 +88,16 @@ impl Context<'_> {
     /// value ahead of the call where they can be) or cloned and why
     /// ([`Self::decide_clones`]), then emits the call, or leaves it when a
     /// unit that must be cloned cannot be.
-    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Outcome {
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] from `emit_mutation`.
+    pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Result<Outcome> {
         if let Err(reason) = self.check_users(call) {
-            return Outcome::Left(reason);
+            return Ok(Outcome::Left(reason));
         }
         let sharing = match self.sharing(call) {
             Ok(s) => s,
-            Err(reason) => return Outcome::Unattributed(reason),
+            Err(reason) => return Ok(Outcome::Unattributed(reason)),
         };
         let mut tentative = Tentative::default();
         let clone = self.decide_clones(call, &sharing, &mut tentative);
@@ -67,7 +106,7 @@ impl Context<'_> {
             Err(reason) => {
                 // Nothing is emitted for a node left alone.
                 self.roll_back(tentative);
-                return Outcome::Left(reason);
+                return Ok(Outcome::Left(reason));
             }
         };
         let decided = Decided {
@@ -76,8 +115,8 @@ impl Context<'_> {
             moved: tentative.moved,
             chains: tentative.chains,
         };
-        self.emit_mutation(call, rule, &sharing, &decided);
-        Outcome::Rewritten
+        self.emit_mutation(call, rule, &sharing, &decided)?;
+        Ok(Outcome::Rewritten)
     }
 
     /// Per buffer of `call`, the note of its clone, or `None` when it is
@@ -91,22 +130,8 @@ impl Context<'_> {
         call: &MutationCall,
         sharing: &Sharing,
         tentative: &mut Tentative,
-    ) -> Vec<Option<CloneNote>> {
+    ) -> Vec<Option<CloneReason>> {
         let nb = call.buffers.len();
-        let bytes: Vec<Option<u64>> = call
-            .buffers
-            .iter()
-            .map(|b| {
-                self.graph
-                    .node(b.node)
-                    .meta
-                    .as_ref()
-                    .and_then(crate::ir::TensorMeta::nbytes)
-            })
-            .collect();
-        let note = |cx: &Self, b: usize, reason: &CloneReason| {
-            reason.note(cx.graph, &call.buffers[b].label, bytes[b])
-        };
         let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
         for b in 0..nb {
             let r = self.classes.find(call.buffers[b].node);
@@ -118,10 +143,10 @@ impl Context<'_> {
         // Buffers the call writes no element of: no reason to clone applies
         // to them (they still bind the call's results).
         let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
-        let mut clone: Vec<Option<CloneNote>> = (0..nb)
+        let mut clone: Vec<Option<CloneReason>> = (0..nb)
             .map(|b| {
                 let reason = (!noop[b]).then(|| self.buffer_reason(call, sharing, b));
-                reason.flatten().map(|r| note(self, b, &r))
+                reason.flatten()
             })
             .collect();
         clone_whole_units(sharing, &mut clone);
@@ -136,7 +161,7 @@ impl Context<'_> {
                 Err((buffers, reason)) => {
                     self.roll_back(class);
                     for b in buffers {
-                        clone[b] = Some(note(self, b, &reason));
+                        clone[b] = Some(reason.clone());
                     }
                 }
             }
@@ -178,10 +203,9 @@ impl Context<'_> {
         let moves = self
             .readers_to_move(call, root, &active, cut, chain)
             .map_err(|reason| (active, reason))?;
-        let p = self.pos[af.idx()];
         for m in moves {
-            tentative.previous_pos.push((m, self.pos[m.idx()]));
-            self.pos[m.idx()] = p - 1;
+            let before = self.pos.move_ahead_of(m, af);
+            tentative.previous_pos.push((m, before));
             tentative.moved.insert(m);
         }
         Ok(())
@@ -190,7 +214,7 @@ impl Context<'_> {
     /// Undoes the changes of `tentative`, newest first.
     fn roll_back(&mut self, tentative: Tentative) {
         for (m, p) in tentative.previous_pos.into_iter().rev() {
-            self.pos[m.idx()] = p;
+            self.pos.restore(m, p);
         }
         self.restore_links(tentative.links);
     }
@@ -205,7 +229,7 @@ impl Context<'_> {
         &self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> std::result::Result<Vec<(usize, UnitRecipe)>, String> {
         let mut recipes: Vec<(usize, UnitRecipe)> = Vec::new();
         for (b, note) in clone.iter().enumerate() {
@@ -237,7 +261,7 @@ impl Context<'_> {
         let mut late = None;
         for &v in values {
             for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
-                if self.pos[r.idx()] >= from && Some(r) != except {
+                if self.pos.of(r) >= from && Some(r) != except {
                     late = Some(r);
                     return false;
                 }
@@ -353,6 +377,8 @@ mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{add_, n, neg, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
     use crate::plan::Action;
 
     /// The one clone note of the plan of `g`.

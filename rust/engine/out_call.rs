@@ -2,8 +2,15 @@
 //! write-only outputs gets fresh buffers of the recorded layouts, so it
 //! needs none of the safety analysis of `mutation.rs`.
 
+use crate::analysis::alias::Role;
+use crate::forms::call::OutCall;
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Action, Callee, MetaSource, NewId, PlanArg, ValueRef};
+
+use super::bindings::Bind;
 use super::emit::{positional_where_allowed, returns_meta};
-use super::*;
+use super::{Context, Outcome};
 
 impl Context<'_> {
     /// Plans an out= call: fresh buffers, no safety analysis needed.
@@ -42,7 +49,9 @@ impl Context<'_> {
         }
         let (args, kwargs) = positional_where_allowed(args);
         let meta = returns_meta(af, call.n_returns, None);
-        let call_id = self.insert(af, Callee::Target(call.op), args, kwargs, meta);
+        let call_id = self
+            .plan
+            .insert(af, Callee::Target(call.op), args, kwargs, meta);
         let value_of = |i: usize| {
             call.return_buffers
                 .get(i)
@@ -53,8 +62,8 @@ impl Context<'_> {
         };
         if call.n_returns == 1 {
             let v = value_of(0).unwrap_or(ValueRef::New(call_id));
-            self.replace(af, v);
-            self.binds.insert(af, vec![Bind::Tensor]);
+            self.plan.replace(af, v);
+            self.bindings.bind_results(af, vec![Bind::Tensor]);
         } else {
             for u in users {
                 let Role::AfResult { index, .. } = self.roles[u.idx()] else {
@@ -64,20 +73,21 @@ impl Context<'_> {
                     Some(v) => v,
                     None => self.getitem_of(af, call_id, index),
                 };
-                self.replace(u, v);
-                self.erase(u);
+                self.plan.replace(u, v);
+                self.plan.erase(u);
             }
             // Ordering-only users (`control_deps`) now depend on a buffer the
             // call writes.
             if let Some(&b) = bufs.first() {
                 self.order_users_after(af, ValueRef::New(b));
             }
-            self.binds.insert(af, vec![Bind::Fresh; call.n_returns]);
+            self.bindings
+                .bind_results(af, vec![Bind::Fresh; call.n_returns]);
         }
-        self.erase(af);
+        self.plan.erase(af);
         let op = self.op_name(call.op);
         let decision = self.node_report(af, op, Form::V2, rule, Action::Reinplaced);
-        self.report.decisions.push(decision);
+        self.plan.decide(decision);
         Outcome::Rewritten
     }
 
@@ -88,7 +98,7 @@ impl Context<'_> {
             node: af,
             key: s.clone(),
         };
-        self.insert(
+        self.plan.insert(
             af,
             Callee::Aten("aten::empty_strided.default"),
             vec![kw(&keys[0]), kw(&keys[1])],
@@ -108,6 +118,7 @@ mod tests {
     use crate::analysis::test_graph::{scale_out, B};
     use crate::ir::Value;
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn an_out_call_writes_a_fresh_buffer_of_the_recorded_layout() {

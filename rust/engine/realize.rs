@@ -1,7 +1,16 @@
 //! After the walk: the nodes Inductor must compute where they stand, because
 //! an in-place call after them writes memory they read.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::analysis::alias::Role;
+use crate::analysis::liveness::reads;
+use crate::ir::{NodeId, OpCode, TargetKind};
+use crate::plan::ValueRef;
+
+use super::{nid, Context};
 
 impl Context<'_> {
     /// Marks every node that reads memory an in-place call later writes,
@@ -26,21 +35,16 @@ impl Context<'_> {
     /// Storage classes at the end of the walk are the coarsest, so the set
     /// is a superset of what is needed, never a subset.
     pub(super) fn realize_early_readers(&mut self) {
-        if self.writes.is_empty() {
+        if self.in_place.is_empty() {
             return;
         }
         let mut last_write: HashMap<usize, i64> = HashMap::default();
-        for (b, p) in std::mem::take(&mut self.writes) {
+        for &(b, p) in self.in_place.writes() {
             let r = self.classes.find(b);
             let e = last_write.entry(r).or_insert(p);
             *e = (*e).max(p);
         }
-        let mut gone: HashSet<NodeId> = HashSet::default();
-        for e in &self.edits {
-            if let Edit::Erase { node } = e {
-                gone.insert(*node);
-            }
-        }
+        let gone: HashSet<NodeId> = self.plan.erased().collect();
         let mut marked: BTreeSet<NodeId> = BTreeSet::new();
         for i in 0..self.graph.len() {
             let id = nid(i);
@@ -49,7 +53,7 @@ impl Context<'_> {
             }
             let mut operands = Vec::new();
             self.graph.node(id).for_each_operand(|o| operands.push(o));
-            let p = self.pos[i];
+            let p = self.pos.of(id);
             let early = operands.into_iter().any(|o| {
                 reads(&self.roles, id, o)
                     && last_write
@@ -68,9 +72,7 @@ impl Context<'_> {
             }
         }
         marked.extend(self.unrealized_view_sources());
-        self.report.realized = marked.len();
-        self.edits
-            .extend(marked.into_iter().map(|node| Edit::Realize { node }));
+        self.plan.realize(marked);
     }
 
     /// The computations whose memory an in-place call gets through views
@@ -86,8 +88,8 @@ impl Context<'_> {
     /// and every view of it lowers to a `ReinterpretView` of that buffer.
     fn unrealized_view_sources(&self) -> BTreeSet<NodeId> {
         let mut out = BTreeSet::new();
-        for &n in &self.in_place {
-            let ValueRef::Old(mut cur) = self.resolve(n) else {
+        for &n in self.in_place.given() {
+            let ValueRef::Old(mut cur) = self.plan.resolve(n) else {
                 continue;
             };
             // Given directly, a lazy value is realized into its own buffer
@@ -95,7 +97,7 @@ impl Context<'_> {
             let mut through_a_view = false;
             while let Role::View { src, .. } = self.roles[cur.idx()] {
                 through_a_view = true;
-                cur = match self.resolve(src) {
+                cur = match self.plan.resolve(src) {
                     ValueRef::Old(s) => s,
                     ValueRef::New(_) => break,
                 };
@@ -122,6 +124,7 @@ mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{add, n, neg, B};
+    use crate::plan::Edit;
     use crate::plan::{Action, Plan};
 
     fn realized(p: &Plan) -> Vec<NodeId> {

@@ -14,7 +14,12 @@
 //! are split, by a copy of the written one's unit. Without a record, a call
 //! whose arguments share memory is left to Inductor.
 
-use super::*;
+use crate::analysis::alias::arrival_storages;
+use crate::forms::call::MutationCall;
+use crate::forms::Form;
+
+use super::checks::CloneReason;
+use super::Context;
 
 /// One tensor slot of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,7 +269,7 @@ impl Context<'_> {
 /// written in place together or re-derived together from one copy, so a
 /// buffer whose unit mate is cloned is cloned with it (the report shows one
 /// note per unit: [`Context::unit_notes`]).
-pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote>]) {
+pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneReason>]) {
     for b in 0..clone.len() {
         if clone[b].is_none() {
             if let Some(o) = sharing.unit_buffers(b).find(|&o| clone[o].is_some()) {
@@ -276,8 +281,12 @@ pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneNote
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::*;
     use crate::analysis::test_graph::{n, rms, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
+    use crate::ir::NodeId;
     use crate::ir::Value;
 
     /// `rms(out=t, x=t)` on a fresh `t`, with the pre pass's record
@@ -295,7 +304,7 @@ mod tests {
     fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, String> {
         let mut cx = Context::new(g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(g, af).map(|(_, c)| c) else {
             panic!("a mutation call");
@@ -372,16 +381,10 @@ mod tests {
             unit_reads: vec![],
             split: vec![None; 4],
         };
-        let note = |arg: &str| CloneNote {
-            arg: arg.into(),
-            reason: "why".into(),
-            reader: None,
-            reader_source: None,
-            bytes: None,
-        };
-        let mut clone = vec![None, None, Some(note("c")), None];
+        let why = CloneReason::OverlappingView;
+        let mut clone = vec![None, None, Some(why.clone()), None];
         clone_whole_units(&sharing, &mut clone);
-        assert_eq!(clone, [Some(note("c")), None, Some(note("c")), None]);
+        assert_eq!(clone, [Some(why.clone()), None, Some(why), None]);
         assert_eq!(sharing.unit_buffers(3).collect::<Vec<_>>(), [1, 3]);
     }
 }

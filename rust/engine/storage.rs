@@ -2,7 +2,10 @@
 //! derives from its root, the node whose layout a value has in the
 //! rewritten program, and what a node the plan replaced now is.
 
-use super::*;
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::ir::NodeId;
+
+use super::{Context, Link};
 
 impl Context<'_> {
     pub(super) fn geometry(&self, n: NodeId) -> Geometry {
@@ -44,24 +47,20 @@ impl Context<'_> {
     /// (a result bound to its buffer).
     pub(super) fn layout_source(&self, n: NodeId) -> NodeId {
         let mut cur = n;
-        while let Some(&m) = self.stood_for.get(&cur) {
+        while let Some(m) = self.plan.stood_for(cur) {
             if m == cur {
                 break;
             }
             cur = m;
         }
         while self.graph.node(cur).meta.is_none() {
-            match (self.link[cur.idx()].clone(), self.same_layout.get(&cur)) {
+            match (self.link[cur.idx()].clone(), self.bindings.same_layout(cur)) {
                 (Link::Same(m), _) if m != cur => cur = m,
-                (_, Some(&m)) if m != cur => cur = m,
+                (_, Some(m)) if m != cur => cur = m,
                 _ => break,
             }
         }
         cur
-    }
-
-    pub(super) fn resolve(&self, n: NodeId) -> ValueRef {
-        self.replaced.get(&n).copied().unwrap_or(ValueRef::Old(n))
     }
 
     /// Geometry of a view that may not be walked yet: its chain of view
@@ -69,7 +68,7 @@ impl Context<'_> {
     pub(super) fn view_geometry(&self, n: NodeId, p: i64) -> Geometry {
         let mut steps: Vec<&ViewStep> = Vec::new();
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             match &self.roles[cur.idx()] {
                 Role::View { src, step, .. } => {
                     steps.extend(step.iter());
@@ -130,7 +129,7 @@ mod tests {
 
     fn walked(g: &Graph) -> Context<'_> {
         let mut cx = Context::new(g);
-        cx.run();
+        cx.run().unwrap();
         cx
     }
 
@@ -196,7 +195,7 @@ mod tests {
         // Before the walk reaches a view, its geometry comes from the chain
         // of view nodes back to a node already placed.
         let fresh = Context::new(&g);
-        assert_eq!(fresh.view_geometry(s2, fresh.pos[t.idx()]).steps.len(), 2);
+        assert_eq!(fresh.view_geometry(s2, fresh.pos.of(t)).steps.len(), 2);
     }
 
     #[test]

@@ -4,8 +4,16 @@
 //! is made again from that copy with its own layout. One clone per member
 //! would split the sharing the kernel saw in eager.
 
-use super::layout::{replayable_view, CloneSource, Replay};
-use super::*;
+use crate::analysis::alias::Role;
+use crate::error::Result;
+use crate::forms::call::MutationCall;
+use crate::ir::{NodeId, TargetKind};
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
+
+use super::checks::CloneReason;
+use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
+use super::sharing::Sharing;
+use super::Context;
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
 /// read slot the value made again from a copy (if any), and per cloned unit
@@ -54,7 +62,10 @@ impl Context<'_> {
             .map(|b| call.buffers[b].node)
             .chain(sharing.unit_read_slots(u).map(|r| call.read_nodes[r].1));
         for n in nodes {
-            if !members.iter().any(|&m| self.resolve(m) == self.resolve(n)) {
+            if !members
+                .iter()
+                .any(|&m| self.plan.resolve(m) == self.plan.resolve(n))
+            {
                 members.push(n);
             }
         }
@@ -85,7 +96,7 @@ impl Context<'_> {
     /// can be replayed. A node the plan replaced stands for its replacement
     /// (a result bound to its buffer), so the chain continues from there.
     fn view_chain(&self, n: NodeId) -> Vec<NodeId> {
-        let ValueRef::Old(mut cur) = self.resolve(n) else {
+        let ValueRef::Old(mut cur) = self.plan.resolve(n) else {
             return Vec::new();
         };
         let mut chain = vec![cur];
@@ -93,7 +104,7 @@ impl Context<'_> {
             if self.replay_args_of(cur, src).is_err() {
                 break;
             }
-            let ValueRef::Old(next) = self.resolve(src) else {
+            let ValueRef::Old(next) = self.plan.resolve(src) else {
                 break;
             };
             chain.push(next);
@@ -133,7 +144,7 @@ impl Context<'_> {
                 let Some(Role::View { src, .. }) = self.roles.get(v.idx()).cloned() else {
                     return Err(format!("`{}` is not a view", self.graph.node(v).name));
                 };
-                debug_assert_eq!(self.resolve(src), ValueRef::Old(chain[i + 1]));
+                debug_assert_eq!(self.plan.resolve(src), ValueRef::Old(chain[i + 1]));
                 if self.graph.target_of(v).name == "aten::as_strided.default"
                     && !self.within(v, anchor)
                 {
@@ -227,7 +238,7 @@ impl Context<'_> {
     ) -> Vec<(NodeId, ValueRef)> {
         match recipe {
             UnitRecipe::Single { node, source } => {
-                let base = self.resolve(*node);
+                let base = self.plan.resolve(*node);
                 vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
             }
             UnitRecipe::Ancestor {
@@ -235,7 +246,7 @@ impl Context<'_> {
                 source,
                 paths,
             } => {
-                let base = self.resolve(*anchor);
+                let base = self.plan.resolve(*anchor);
                 let copy = ValueRef::New(self.exact_clone(af, base, source));
                 let mut out = Vec::new();
                 for (m, replays) in paths {
@@ -243,7 +254,7 @@ impl Context<'_> {
                     for (callee, rest, kwargs) in replays.clone() {
                         let mut args = vec![PlanArg::Ref(v)];
                         args.extend(rest);
-                        v = ValueRef::New(self.insert(
+                        v = ValueRef::New(self.plan.insert(
                             af,
                             callee,
                             args,
@@ -260,11 +271,11 @@ impl Context<'_> {
                 needed,
                 layouts,
             } => {
-                let flat = self.insert(
+                let flat = self.plan.insert(
                     af,
                     Callee::Aten("aten::as_strided.default"),
                     vec![
-                        PlanArg::Ref(self.resolve(*source)),
+                        PlanArg::Ref(self.plan.resolve(*source)),
                         PlanArg::IntList(vec![*needed]),
                         PlanArg::IntList(vec![1]),
                         PlanArg::Int(0),
@@ -272,7 +283,7 @@ impl Context<'_> {
                     vec![],
                     MetaSource::Compute,
                 );
-                let copy = self.insert(
+                let copy = self.plan.insert(
                     af,
                     Callee::Aten("aten::clone.default"),
                     vec![PlanArg::Ref(ValueRef::New(flat))],
@@ -282,7 +293,7 @@ impl Context<'_> {
                 layouts
                     .iter()
                     .map(|(m, size, stride, offset)| {
-                        let v = self.insert(
+                        let v = self.plan.insert(
                             af,
                             Callee::Aten("aten::as_strided.default"),
                             vec![
@@ -304,20 +315,25 @@ impl Context<'_> {
     /// The values the call gets for its buffers (the real memory, or a
     /// unit's copy) and for the read slots made again from a copy, and the
     /// bytes each unit's copy moves.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] when a cloned buffer's unit has no recipe,
+    /// or its copy makes no value for one of the unit's buffers: the call
+    /// would otherwise write the real buffer it was to spare.
     pub(super) fn emit_buffers(
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
         recipes: &[(usize, UnitRecipe)],
-    ) -> EmittedBuffers {
+    ) -> Result<EmittedBuffers> {
         let nb = call.buffers.len();
         let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
         let mut read_val: Vec<Option<ValueRef>> = vec![None; call.read_nodes.len()];
         let mut unit_bytes = Vec::new();
         for b in 0..nb {
             if clone[b].is_none() {
-                buf_val[b] = Some(self.resolve(call.buffers[b].node));
+                buf_val[b] = Some(self.plan.resolve(call.buffers[b].node));
                 continue;
             }
             if buf_val[b].is_some() {
@@ -325,29 +341,47 @@ impl Context<'_> {
             }
             let u = sharing.unit_of_buffer[b];
             let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
-                debug_assert!(false, "a cloned unit with no recipe");
-                continue;
+                return Err(self.unmade(call, &call.buffers[b].label, "its unit has no recipe"));
             };
             unit_bytes.push((u, self.recipe_bytes(recipe)));
             let made = self.emit_unit_clone(call.node, recipe);
             let value_of = |cx: &Self, n: NodeId| {
                 made.iter()
-                    .find(|(m, _)| cx.resolve(*m) == cx.resolve(n))
+                    .find(|(m, _)| cx.plan.resolve(*m) == cx.plan.resolve(n))
                     .map(|(_, v)| *v)
             };
+            let no_value = "its unit's copy made no value for it";
             for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
-                buf_val[o] = value_of(self, call.buffers[o].node);
+                let v = value_of(self, call.buffers[o].node);
+                buf_val[o] =
+                    Some(v.ok_or_else(|| self.unmade(call, &call.buffers[o].label, no_value))?);
             }
             for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
-                read_val[r] = value_of(self, call.read_nodes[r].1);
+                let v = value_of(self, call.read_nodes[r].1);
+                read_val[r] =
+                    Some(v.ok_or_else(|| self.unmade(call, &call.read_nodes[r].0, no_value))?);
             }
         }
+        // Every buffer is set: written in place, or by its unit's copy.
         let buf_val = buf_val
             .into_iter()
-            .zip(&call.buffers)
-            .map(|(v, b)| v.unwrap_or_else(|| self.resolve(b.node)))
-            .collect();
-        (buf_val, read_val, unit_bytes)
+            .enumerate()
+            .map(|(b, v)| {
+                v.ok_or_else(|| self.unmade(call, &call.buffers[b].label, "it got no value"))
+            })
+            .collect::<Result<Vec<ValueRef>>>()?;
+        Ok((buf_val, read_val, unit_bytes))
+    }
+
+    /// The internal error for slot `label` of `call`, cloned but `why`.
+    fn unmade(&self, call: &MutationCall, label: &str, why: &str) -> crate::Error {
+        crate::Error::Internal {
+            node: Some(call.node.0),
+            detail: format!(
+                "`{label}` of {} is cloned but {why}",
+                self.graph.node(call.node).name
+            ),
+        }
     }
 
     /// Read argument `key` of the call: passed through, or, where a slot of
@@ -387,59 +421,16 @@ impl Context<'_> {
             _ => from_kwarg,
         }
     }
-
-    /// The clone notes of a call: one per cloned unit, naming every member
-    /// the copy serves, with the bytes the copy moves.
-    pub(super) fn unit_notes(
-        &self,
-        call: &MutationCall,
-        sharing: &Sharing,
-        clone: &[Option<CloneNote>],
-        unit_bytes: &[(usize, Option<u64>)],
-    ) -> Vec<CloneNote> {
-        let mut notes = Vec::new();
-        let mut seen: Vec<usize> = Vec::new();
-        for (b, note) in clone.iter().enumerate() {
-            let Some(note) = note else { continue };
-            let u = sharing.unit_of_buffer[b];
-            if seen.contains(&u) {
-                continue;
-            }
-            seen.push(u);
-            let mut others: Vec<String> = sharing
-                .unit_buffers(b)
-                .filter(|&o| o != b)
-                .map(|o| call.buffers[o].label.clone())
-                .collect();
-            others.extend(
-                sharing
-                    .unit_read_slots(u)
-                    .map(|r| call.read_nodes[r].0.clone()),
-            );
-            let mut note = note.clone();
-            note.arg = call.buffers[b].label.clone();
-            note.bytes = unit_bytes
-                .iter()
-                .find(|(x, _)| *x == u)
-                .map_or(note.bytes, |(_, bytes)| *bytes);
-            if !others.is_empty() {
-                note.reason = format!(
-                    "{}; one copy also serves `{}`, which shared its memory in the program",
-                    note.reason,
-                    others.join("`, `")
-                );
-            }
-            notes.push(note);
-        }
-        notes
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::nid;
     use super::super::tests::inserted;
     use super::*;
     use crate::analysis::test_graph::{meta, B};
+    use crate::forms::FormCall;
+    use crate::ir::Graph;
 
     #[test]
     fn one_member_is_an_exact_clone_of_it() {
@@ -546,7 +537,7 @@ mod tests {
         let af = NodeId(nt.0 - 1);
         let mut cx = Context::new(&g);
         for i in 0..af.idx() {
-            cx.step(nid(i));
+            cx.step(nid(i)).unwrap();
         }
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
             panic!("a mutation call");
@@ -554,5 +545,31 @@ mod tests {
         let sharing = cx.sharing(&call).unwrap();
         // `out` and `x` are both `t`.
         assert_eq!(cx.unit_members(&call, &sharing, 0), [t]);
+    }
+
+    #[test]
+    fn a_cloned_buffer_with_no_copy_is_an_internal_error_never_the_real_buffer() {
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let nt = b.rms_on_one_memory("af", t, Some(&[&["out", "x"]]));
+        let g = b.output(&[nt]);
+        let af = NodeId(nt.0 - 1);
+        let mut cx = Context::new(&g);
+        for i in 0..af.idx() {
+            cx.step(nid(i)).unwrap();
+        }
+        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
+            panic!("a mutation call");
+        };
+        let sharing = cx.sharing(&call).unwrap();
+        let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
+        // No recipe for the cloned unit.
+        let err = cx.emit_buffers(&call, &sharing, &clone, &[]).unwrap_err();
+        assert!(
+            matches!(&err, crate::Error::Internal { node: Some(n), detail }
+                if *n == af.0 && detail.contains("no recipe")),
+            "{err}"
+        );
     }
 }

@@ -2,39 +2,37 @@
 //! the version of that memory it holds (`storage.rs`); an
 //! auto_functionalized node is read by its form and planned
 //! ([`Context::rewrite_mutation`], [`Context::rewrite_out_call`]), and its
-//! results are then bound to what the plan made them ([`Bind`]).
+//! results are then bound to what the plan made them (`Bind`, `bindings.rs`).
 
-use super::*;
+use crate::analysis::alias::{returns_an_alias, Role};
+use crate::error::Result;
+use crate::forms::{Form, FormCall};
+use crate::ir::NodeId;
+use crate::plan::{Action, LeftCause, NodeReport};
 
-/// What a result of a planned auto_functionalized node stands for.
-#[derive(Clone, Debug)]
-pub(super) enum Bind {
-    /// The memory of `node`, at version `event`, with its geometry.
-    Buffer { node: NodeId, event: u32 },
-    /// A clone made by the plan of buffer `of`, with its layout; results
-    /// bound to the same clone share memory.
-    Clone { key: (NodeId, usize), of: NodeId },
-    /// A view of `node`'s memory at version `event` with unknown geometry.
-    Alias { node: NodeId, event: u32 },
-    /// A fresh tensor.
-    Fresh,
-    /// A written list, element by element.
-    List(Vec<Option<Bind>>),
-    /// The node is itself a tensor (out= with one return); getitems index it.
-    Tensor,
-}
+use super::bindings::Bind;
+use super::{nid, Context, Link, Outcome};
 
 impl Context<'_> {
-    pub(super) fn run(&mut self) {
+    /// Walks every node in graph order.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] when planning a call breaks the engine's
+    /// own invariants.
+    pub(super) fn run(&mut self) -> Result<()> {
         for i in 0..self.graph.len() {
-            self.step(nid(i));
+            self.step(nid(i))?;
         }
+        Ok(())
     }
 
     /// Walks node `id`, the next in graph order: joins its storage class,
     /// gives it its version and geometry link, and plans it when it is an
     /// auto_functionalized node.
-    pub(super) fn step(&mut self, id: NodeId) {
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub(super) fn step(&mut self, id: NodeId) -> Result<()> {
         let i = id.idx();
         let role = self.roles[i].clone();
         let mut storage_union = true;
@@ -75,24 +73,21 @@ impl Context<'_> {
                 self.ver[i] = self.classes.latest[r];
             }
             Role::AutoFunctionalized => {
-                self.plan_af(id);
+                self.plan_af(id)?;
                 storage_union = false;
             }
             Role::AfResult { af, index } => {
-                let bind = self.binds.get(&af).and_then(|b| b.get(index)).cloned();
+                let bind = self.bindings.result(af, index);
                 self.apply_bind(id, af, bind);
                 storage_union = false;
             }
             Role::AfListItem { list, item } => {
-                let bind = match self.binds.get(&list).and_then(|b| b.first()) {
-                    Some(Bind::List(items)) => items.get(item).cloned().flatten(),
-                    _ => None,
-                };
+                let bind = self.bindings.list_item(list, item);
                 self.apply_bind(id, list, bind);
                 storage_union = false;
             }
             Role::Scatter { .. } => {
-                if let Some(&(base, event)) = self.scatter_binds.get(&id) {
+                if let Some((base, event)) = self.bindings.scatter(id) {
                     self.classes.union(id, base);
                     self.ver[i] = event;
                     self.link[i] = Link::Same(self.same_target(base));
@@ -110,21 +105,17 @@ impl Context<'_> {
         }
         let r = self.classes.find(id);
         self.classes.members[r].push(id);
+        Ok(())
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {
         let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
             return;
         };
-        match self.storage_keys.get(&key).copied() {
-            Some(first) => {
-                let r = self.classes.union(id, first);
-                if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                    self.ver[id.idx()] = self.classes.latest[r];
-                }
-            }
-            None => {
-                self.storage_keys.insert(key, id);
+        if let Some(first) = self.classes.first_with_storage_key(key, id) {
+            let r = self.classes.union(id, first);
+            if !matches!(self.roles[id.idx()], Role::View { .. }) {
+                self.ver[id.idx()] = self.classes.latest[r];
             }
         }
     }
@@ -141,10 +132,13 @@ impl Context<'_> {
                 self.classes.union(id, node);
                 self.ver[i] = event;
             }
-            Some(Bind::Clone { key, of }) => {
-                self.same_layout.insert(id, of);
-                self.bind_clone(id, key);
-            }
+            Some(Bind::Clone { key, of }) => match self.bindings.bind_clone(id, key, of) {
+                Some(rep) => {
+                    self.classes.union(id, rep);
+                    self.link[i] = Link::Same(self.same_target(rep));
+                }
+                None => self.link[i] = Link::Root,
+            },
             Some(Bind::Tensor) => {
                 self.classes.union(id, af);
                 let r = self.classes.find(id);
@@ -155,20 +149,7 @@ impl Context<'_> {
         }
     }
 
-    fn bind_clone(&mut self, id: NodeId, key: (NodeId, usize)) {
-        match self.clone_reps.get(&key).copied() {
-            Some(rep) => {
-                self.classes.union(id, rep);
-                self.link[id.idx()] = Link::Same(self.same_target(rep));
-            }
-            None => {
-                self.clone_reps.insert(key, id);
-                self.link[id.idx()] = Link::Root;
-            }
-        }
-    }
-
-    fn plan_af(&mut self, id: NodeId) {
+    fn plan_af(&mut self, id: NodeId) -> Result<()> {
         // `Role::AutoFunctionalized` is given to nodes of either form only.
         let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
         let op_name = match self.graph.node(id).args.first() {
@@ -183,7 +164,7 @@ impl Context<'_> {
                 )),
             ),
             Some((name, Ok(FormCall::Mutation(call)))) => {
-                (name, self.rewrite_mutation(&call, name))
+                (name, self.rewrite_mutation(&call, name)?)
             }
             Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
             Some((name, Err(reason))) => (name, Outcome::Left(reason)),
@@ -202,8 +183,9 @@ impl Context<'_> {
                 cause: Some(cause),
                 ..self.node_report(id, op_name, form, rule, Action::Left)
             };
-            self.report.decisions.push(decision);
+            self.plan.decide(decision);
         }
+        Ok(())
     }
 }
 
@@ -253,7 +235,7 @@ mod tests {
         let nt = b.getitem("nt", af, 1);
         let g = b.output(&[before, nt]);
         let mut cx = Context::new(&g);
-        cx.run();
+        cx.run().unwrap();
         assert_eq!(cx.classes.find(nt), cx.classes.find(t));
         assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
         assert_eq!(cx.geometry(nt), cx.geometry(t));
@@ -270,8 +252,8 @@ mod tests {
         let nx = b.getitem("nx", af, 1);
         let g = b.output(&[nx]);
         let mut cx = Context::new(&g);
-        cx.run();
+        cx.run().unwrap();
         assert_ne!(cx.classes.find(nx), cx.classes.find(x));
-        assert_eq!(cx.same_layout.get(&nx), Some(&x));
+        assert_eq!(cx.bindings.same_layout(nx), Some(x));
     }
 }

@@ -2,7 +2,18 @@
 //! back into its base (removed when they are pure write-backs), and the
 //! `copy_` epilogue of a mutated graph input.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::analysis::alias::{Geometry, Role, ViewStep};
+use crate::forms::call::{MutationCall, ResultSlot};
+use crate::forms::Form;
+use crate::ir::NodeId;
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
+
+use super::layout::strided_layout;
+use super::{Context, Link, LinkUndo};
 
 /// A write-back chain: each scatter, with the base of its chain and whether
 /// it writes back exactly the new values (then it can go).
@@ -76,7 +87,7 @@ impl Context<'_> {
             }
         }
         let latest = self.classes.latest[root];
-        let p = self.pos[af.idx()];
+        let p = self.pos.of(af);
         while let Some(sc) = queue.pop_first() {
             let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
                 continue;
@@ -224,7 +235,7 @@ impl Context<'_> {
     /// non-overlapping views of (`n` itself when it is there already).
     pub(super) fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             match &self.roles[cur.idx()] {
                 Role::View {
                     src,
@@ -243,7 +254,7 @@ impl Context<'_> {
     pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64, undo: &mut LinkUndo) {
         let mut chain = Vec::new();
         let mut cur = n;
-        while self.pos[cur.idx()] > p {
+        while self.pos.of(cur) > p {
             let Role::View { src, step, .. } = &self.roles[cur.idx()] else {
                 break;
             };
@@ -309,21 +320,21 @@ impl Context<'_> {
                 || self.same_bits_through_dtype_views(src, dst);
             if same_geometry && self.ver[src.idx()] == self.classes.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
-                    self.replace(copy, ValueRef::Old(dst));
+                    self.plan.replace(copy, ValueRef::Old(dst));
                 }
-                self.erase(copy);
-                self.report.writebacks_removed += 1;
+                self.plan.erase(copy);
+                self.plan.count_writeback_removed();
             } else {
                 // The new value lives in the input's own memory under another
                 // layout: copy through a temporary, never overlapping memory.
-                let tmp = self.insert(
+                let tmp = self.plan.insert(
                     copy,
                     Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(self.resolve(src))],
+                    vec![PlanArg::Ref(self.plan.resolve(src))],
                     vec![],
                     MetaSource::Compute,
                 );
-                let fresh = self.insert(
+                let fresh = self.plan.insert(
                     copy,
                     Callee::Aten("aten::copy_.default"),
                     vec![
@@ -333,13 +344,12 @@ impl Context<'_> {
                     vec![],
                     MetaSource::Compute,
                 );
-                self.replace(copy, ValueRef::New(fresh));
-                self.erase(copy);
+                self.plan.replace(copy, ValueRef::New(fresh));
+                self.plan.erase(copy);
             }
         }
         let r = self.classes.union(copy, dst);
-        let e = self.next_event;
-        self.next_event += 1;
+        let e = self.classes.new_version();
         self.classes.latest[r] = e;
         self.ver[copy.idx()] = e;
     }
@@ -354,6 +364,7 @@ mod tests {
     };
     use crate::ir::Value;
     use crate::plan::Action;
+    use crate::plan::Edit;
 
     #[test]
     fn an_input_written_back_is_written_in_place_and_its_copy_goes() {
@@ -494,7 +505,7 @@ mod tests {
         let r = b.call("r", &neg(), vec![n(s2)]);
         let g = b.output(&[r]);
         let cx = Context::new(&g);
-        let at = |node: NodeId| cx.pos[node.idx()];
+        let at = |node: NodeId| cx.pos.of(node);
         assert_eq!(cx.view_anchor(s2, at(t)), Some(t));
         assert_eq!(cx.view_anchor(s2, at(s)), Some(s));
         assert_eq!(cx.view_anchor(s2, at(s2)), Some(s2));

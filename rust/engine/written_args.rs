@@ -3,7 +3,13 @@
 //! an `as_strided` with the node's own keyword arguments, or, for a v2 view
 //! given by a symbolic storage offset, the graph's own view.
 
-use super::*;
+use crate::analysis::alias::{Role, ViewStep};
+use crate::forms::call::{MutationCall, ViewOfBuffer};
+use crate::ir::NodeId;
+use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
+
+use super::checks::CloneReason;
+use super::Context;
 
 impl Context<'_> {
     /// The written arguments of `call`, cut again from their buffers'
@@ -12,7 +18,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         buf_val: &[ValueRef],
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> Vec<ValueRef> {
         let af = call.node;
         let mut arg_val: Vec<ValueRef> = Vec::with_capacity(call.written.len());
@@ -24,14 +30,14 @@ impl Context<'_> {
             };
             let v = match &w.view {
                 ViewOfBuffer::Whole => buf_val[w.buffer],
-                ViewOfBuffer::Alias => ValueRef::New(self.insert(
+                ViewOfBuffer::Alias => ValueRef::New(self.plan.insert(
                     af,
                     Callee::Aten("aten::alias.default"),
                     vec![b],
                     vec![],
                     MetaSource::Compute,
                 )),
-                ViewOfBuffer::Slice { keys } => ValueRef::New(self.insert(
+                ViewOfBuffer::Slice { keys } => ValueRef::New(self.plan.insert(
                     af,
                     Callee::Aten("aten::slice.Tensor"),
                     vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
@@ -41,7 +47,7 @@ impl Context<'_> {
                 ViewOfBuffer::AsStrided { keys } => {
                     match self.view_named_by_offset(call, w.buffer, keys, clone) {
                         Some(v) => v,
-                        None => ValueRef::New(self.insert(
+                        None => ValueRef::New(self.plan.insert(
                             af,
                             Callee::Aten("aten::as_strided.default"),
                             vec![b, kw(&keys[0]), kw(&keys[1]), kw(&keys[2])],
@@ -69,7 +75,7 @@ impl Context<'_> {
         call: &MutationCall,
         buffer: usize,
         keys: &[String; 3],
-        clone: &[Option<CloneNote>],
+        clone: &[Option<CloneReason>],
     ) -> Option<ValueRef> {
         use crate::ir::Value;
         if clone[buffer].is_some() {
@@ -119,7 +125,7 @@ impl Context<'_> {
                 }
             }
         }
-        Some(self.resolve(x))
+        Some(self.plan.resolve(x))
     }
 
     /// The rank of view `x` of `base` (rank `base_rank`), from the steps
