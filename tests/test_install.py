@@ -70,18 +70,32 @@ def test_native_module_is_the_stable_abi_build():
 
 
 def test_package_names_stay_the_objects_whatever_is_imported_first():
-    """``install.py`` imports ``pre_pass.py``, and importing a submodule
-    binds it on the package under its own name: ``fxrewrite.pre_pass`` was
-    then the module, not the pass (and ``fxrewrite.install`` likewise). Each
-    order runs in a fresh interpreter, as a user's first access would."""
-    for first in ("install", "pre_pass", "Installation", "PrePass"):
-        code = f"""
+    """``fxrewrite.install`` and ``fxrewrite.pre_pass`` are the function and
+    the pass, never a module, whatever a program imports first: the modules
+    that define them have other names (``_install``, ``_pre_pass``), since
+    importing a submodule binds it on the package under its own name (a
+    test importing a helper of the pre pass once made ``fxrewrite.pre_pass``
+    the module, and Inductor then called a module). Each order runs in a
+    fresh interpreter, as a user's first access would."""
+    firsts = (
+        "fxrewrite.install",
+        "fxrewrite.pre_pass",
+        "fxrewrite.Installation",
+        "fxrewrite.PrePass",
+        "import fxrewrite.vllm",
+    )
+    imports = ("", "from fxrewrite._pre_pass import record_alias_groups", "import fxrewrite._install")
+    for first in firsts:
+        for imported in imports:
+            code = f"""
 import fxrewrite, types
-fxrewrite.{first}
+{imported}
+{first}
+{imported}
 for name in ("install", "pre_pass"):
     value = getattr(fxrewrite, name)
     assert not isinstance(value, types.ModuleType), (name, value)
 assert isinstance(fxrewrite.pre_pass, fxrewrite.PrePass)
 assert callable(fxrewrite.install)
 """
-        subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

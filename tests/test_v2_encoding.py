@@ -16,9 +16,9 @@ from torch._higher_order_ops.auto_functionalize import auto_functionalized_v2
 from torch._inductor import config as inductor_config
 
 from fxrewrite import _core
+from fxrewrite._pre_pass import alias_groups_of
 from fxrewrite.encode import schema_facts
 from fxrewrite.fx_meta import v2_written_views
-from fxrewrite.pre_pass import alias_groups_of
 
 
 @torch.library.custom_op("fxr_v2enc::lists_", mutates_args=("xs", "y"))

@@ -20,7 +20,6 @@ tool reads and rewrites ``.fxir`` files without importing torch.
 from __future__ import annotations
 
 import importlib
-import types
 from typing import TYPE_CHECKING, Any
 
 from ._core import (
@@ -35,11 +34,11 @@ from ._core import (
 from .report import CloneNote, Decision, Report
 
 if TYPE_CHECKING:
+    from ._install import Installation, install
+    from ._pre_pass import PrePass, pre_pass
     from .fxir import load, save
     from .inductor_pass import ComposedPass, Pass, compose, pass_
-    from .install import Installation, install
     from .pipeline import rewrite
-    from .pre_pass import PrePass, pre_pass
 
 from ._core import __version__ as _engine_version
 
@@ -50,12 +49,12 @@ _LAZY = {
     "ComposedPass": "inductor_pass",
     "Pass": "inductor_pass",
     "compose": "inductor_pass",
-    "install": "install",
-    "Installation": "install",
+    "install": "_install",
+    "Installation": "_install",
     "pass_": "inductor_pass",
     "rewrite": "pipeline",
-    "PrePass": "pre_pass",
-    "pre_pass": "pre_pass",
+    "PrePass": "_pre_pass",
+    "pre_pass": "_pre_pass",
     "save": "fxir",
     "load": "fxir",
 }
@@ -92,20 +91,4 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'fxrewrite' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
-    _unshadow()
     return value
-
-
-def _unshadow() -> None:
-    """Importing a submodule binds it on the package under its own name, and
-    two of them bear the name of the object they define (``install``,
-    ``pre_pass``): ``install.py`` importing ``pre_pass.py`` made
-    ``fxrewrite.pre_pass`` the module. Put the objects back."""
-    for name, module in _LAZY.items():
-        value = globals().get(name)
-        if (
-            name == module
-            and isinstance(value, types.ModuleType)
-            and value.__name__ == f"{__name__}.{module}"
-        ):
-            globals()[name] = getattr(value, name)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-from types import ModuleType
 from typing import Any
 
 #: The variable ``install()`` sets and the plugin reads.
@@ -63,10 +62,6 @@ def vllm_plugin() -> None:
     options = requested()
     if options is None:
         return
-    # Through the package: importing the submodule ``fxrewrite.install``
-    # directly would bind the module over the package's ``install`` function.
-    from . import install
+    from ._install import install
 
-    if isinstance(install, ModuleType):
-        install = install.install
     install(**options)

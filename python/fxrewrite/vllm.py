@@ -50,10 +50,10 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
+from ._pre_pass import PrePass
+from ._pre_pass import pre_pass as _the_pre_pass
 from .inductor_pass import Pass
 from .inductor_pass import pass_ as _the_pass
-from .pre_pass import PrePass
-from .pre_pass import pre_pass as _the_pre_pass
 
 __all__ = [
     "INDUCTOR_PASS_MODULES",

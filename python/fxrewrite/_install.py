@@ -30,8 +30,8 @@ from types import TracebackType
 from typing import Any
 
 from ._install_env import INSTALL_ENV, encode_options
+from ._pre_pass import PrePass, pre_pass
 from .inductor_pass import Pass, compose, pass_, passes_of
-from .pre_pass import PrePass, pre_pass
 
 __all__ = ["Installation", "install"]
 
