@@ -153,7 +153,9 @@ impl Error {
         }
     }
 
-    /// Shorthand for an [`Error::Internal`] that concerns no one node.
+    /// Shorthand for an [`Error::Internal`] that concerns no one node (the
+    /// binding's own failures).
+    #[cfg(any(test, feature = "python"))]
     pub(crate) fn internal(detail: impl Into<String>) -> Self {
         Error::Internal {
             node: None,

@@ -339,28 +339,7 @@ impl Context<'_> {
             }
             CloneLayout::Symbolic { rank, offset } => self.symbolic_layout(af, base, rank, offset),
         };
-        let flat = self.plan.insert(
-            af,
-            Callee::Aten("aten::as_strided.default"),
-            vec![
-                PlanArg::Ref(base),
-                match needed {
-                    PlanArg::Int(n) => PlanArg::IntList(vec![n]),
-                    symbolic => PlanArg::List(vec![symbolic]),
-                },
-                PlanArg::IntList(vec![1]),
-                PlanArg::Int(0),
-            ],
-            vec![],
-            MetaSource::Compute,
-        );
-        let copy = self.plan.insert(
-            af,
-            Callee::Aten("aten::clone.default"),
-            vec![PlanArg::Ref(ValueRef::New(flat))],
-            vec![],
-            MetaSource::Compute,
-        );
+        let copy = self.plan.flat_copy(af, base, needed);
         let mut out = self.plan.insert(
             af,
             Callee::Aten("aten::as_strided.default"),

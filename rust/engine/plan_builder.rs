@@ -71,6 +71,36 @@ impl PlanBuilder {
 
     /// Replaces every use of `node` with `with`, resolved: an original node
     /// the plan already replaced stands for its replacement.
+    /// A contiguous copy of the first `needed` elements of `source`'s
+    /// storage (`as_strided(source, [needed], [1], 0)`, then `clone`), cut
+    /// again into each clone's layout by its caller: a copy that keeps the
+    /// storage offsets and strides of the memory it copies. `needed` is an
+    /// integer or a symbolic size.
+    pub(super) fn flat_copy(&mut self, at: NodeId, source: ValueRef, needed: PlanArg) -> NewId {
+        let flat = self.insert(
+            at,
+            Callee::Aten("aten::as_strided.default"),
+            vec![
+                PlanArg::Ref(source),
+                match needed {
+                    PlanArg::Int(n) => PlanArg::IntList(vec![n]),
+                    symbolic => PlanArg::List(vec![symbolic]),
+                },
+                PlanArg::IntList(vec![1]),
+                PlanArg::Int(0),
+            ],
+            vec![],
+            MetaSource::Compute,
+        );
+        self.insert(
+            at,
+            Callee::Aten("aten::clone.default"),
+            vec![PlanArg::Ref(ValueRef::New(flat))],
+            vec![],
+            MetaSource::Compute,
+        )
+    }
+
     pub(super) fn replace(&mut self, node: NodeId, with: ValueRef) {
         if let ValueRef::Old(n) = with {
             self.stood_for.insert(node, n);

@@ -271,25 +271,8 @@ impl Context<'_> {
                 needed,
                 layouts,
             } => {
-                let flat = self.plan.insert(
-                    af,
-                    Callee::Aten("aten::as_strided.default"),
-                    vec![
-                        PlanArg::Ref(self.plan.resolve(*source)),
-                        PlanArg::IntList(vec![*needed]),
-                        PlanArg::IntList(vec![1]),
-                        PlanArg::Int(0),
-                    ],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                let copy = self.plan.insert(
-                    af,
-                    Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(ValueRef::New(flat))],
-                    vec![],
-                    MetaSource::Compute,
-                );
+                let source = self.plan.resolve(*source);
+                let copy = self.plan.flat_copy(af, source, PlanArg::Int(*needed));
                 layouts
                     .iter()
                     .map(|(m, size, stride, offset)| {
@@ -527,8 +510,12 @@ mod tests {
         assert!(why(&g, x, y).ends_with("they differ in dtype"));
     }
 
-    #[test]
-    fn slots_holding_one_tensor_are_one_member() {
+    /// `rms` whose `out` and `x` are both the fresh `t` (a record says the
+    /// program shared them), walked up to the call: `check` gets the
+    /// context, the call, its sharing, the call's node and `t`.
+    fn on_one_memory_call(
+        check: impl FnOnce(&mut Context<'_>, &MutationCall, &Sharing, NodeId, NodeId),
+    ) {
         let mut b = B::new();
         let x = b.input("x");
         let t = b.fresh("t", x);
@@ -543,33 +530,28 @@ mod tests {
             panic!("a mutation call");
         };
         let sharing = cx.sharing(&call).unwrap();
-        // `out` and `x` are both `t`.
-        assert_eq!(cx.unit_members(&call, &sharing, 0), [t]);
+        check(&mut cx, &call, &sharing, af, t);
+    }
+
+    #[test]
+    fn slots_holding_one_tensor_are_one_member() {
+        on_one_memory_call(|cx, call, sharing, _, t| {
+            // `out` and `x` are both `t`.
+            assert_eq!(cx.unit_members(call, sharing, 0), [t]);
+        });
     }
 
     #[test]
     fn a_cloned_buffer_with_no_copy_is_an_internal_error_never_the_real_buffer() {
-        let mut b = B::new();
-        let x = b.input("x");
-        let t = b.fresh("t", x);
-        let nt = b.rms_on_one_memory("af", t, Some(&[&["out", "x"]]));
-        let g = b.output(&[nt]);
-        let af = NodeId(nt.0 - 1);
-        let mut cx = Context::new(&g);
-        for i in 0..af.idx() {
-            cx.step(nid(i)).unwrap();
-        }
-        let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
-            panic!("a mutation call");
-        };
-        let sharing = cx.sharing(&call).unwrap();
-        let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
-        // No recipe for the cloned unit.
-        let err = cx.emit_buffers(&call, &sharing, &clone, &[]).unwrap_err();
-        assert!(
-            matches!(&err, crate::Error::Internal { node: Some(n), detail }
-                if *n == af.0 && detail.contains("no recipe")),
-            "{err}"
-        );
+        on_one_memory_call(|cx, call, sharing, af, _| {
+            let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
+            // No recipe for the cloned unit.
+            let err = cx.emit_buffers(call, sharing, &clone, &[]).unwrap_err();
+            assert!(
+                matches!(&err, crate::Error::Internal { node: Some(n), detail }
+                    if *n == af.0 && detail.contains("no recipe")),
+                "{err}"
+            );
+        });
     }
 }
