@@ -148,6 +148,11 @@ def _all_static(fake_mode: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return seen_tensor
 
 
+#: The schema facts of an operator, read once per process: the pre pass asks
+#: for them at every v2 node of every graph (only read, never changed).
+_schema_facts = functools.cache(schema_facts)
+
+
 def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None] | None:
     """The written tensors of a v2 node ``node`` calling ``op``, by argument
     name, as the engine's own parser of the v2 encoding reads them
@@ -157,7 +162,7 @@ def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None
     if getattr(op, "_schema", None) is None:
         return None
     try:
-        return dict(_core.v2_written_views(schema_facts(op), dict(node.kwargs)))
+        return dict(_core.v2_written_views(_schema_facts(op), dict(node.kwargs)))
     except _core.InvalidGraphError:
         return None
 

@@ -22,27 +22,35 @@ fn bad(what: &str) -> PyErr {
     super::errors::internal(format!("malformed encoded graph: {what}"))
 }
 
+/// A Python scalar (`None`, `bool`, `int`, `float`, `str`) as a value, or
+/// `None` for anything else: the one reading of scalars, for the encoder's
+/// tuples, the live-graph reader and the v2 keywords. An `int` beyond `i64`
+/// is opaque (its text).
+pub(super) fn scalar_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+    Ok(Some(if obj.is_none() {
+        Value::None
+    } else if obj.is_instance_of::<PyBool>() {
+        Value::Bool(obj.extract::<bool>()?)
+    } else if obj.is_instance_of::<PyInt>() {
+        match obj.extract::<i64>() {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::Opaque(obj.str()?.to_string()),
+        }
+    } else if obj.is_instance_of::<PyFloat>() {
+        Value::Float(obj.extract::<f64>()?)
+    } else if let Ok(s) = obj.cast::<PyString>() {
+        Value::Str(s.to_string())
+    } else {
+        return Ok(None);
+    }))
+}
+
 fn value_from(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > crate::ir::validate::MAX_VALUE_DEPTH {
         return Err(bad("argument nested too deeply"));
     }
-    if obj.is_none() {
-        return Ok(Value::None);
-    }
-    if obj.is_instance_of::<PyBool>() {
-        return Ok(Value::Bool(obj.extract::<bool>()?));
-    }
-    if obj.is_instance_of::<PyInt>() {
-        return Ok(match obj.extract::<i64>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::Opaque(obj.str()?.to_string()),
-        });
-    }
-    if obj.is_instance_of::<PyFloat>() {
-        return Ok(Value::Float(obj.extract::<f64>()?));
-    }
-    if obj.is_instance_of::<PyString>() {
-        return Ok(Value::Str(obj.extract::<String>()?));
+    if let Some(v) = scalar_from(obj)? {
+        return Ok(v);
     }
     let t = obj
         .cast::<PyTuple>()

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use super::convert::{meta_from, schema_from};
 use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, Value};
@@ -131,23 +131,8 @@ impl<'py> Reader<'py> {
         if depth > crate::ir::validate::MAX_VALUE_DEPTH {
             return Err(invalid("argument nested too deeply"));
         }
-        if v.is_none() {
-            return Ok(Value::None);
-        }
-        if v.is_instance_of::<PyBool>() {
-            return Ok(Value::Bool(v.extract()?));
-        }
-        if v.is_instance_of::<PyInt>() {
-            return Ok(match v.extract::<i64>() {
-                Ok(i) => Value::Int(i),
-                Err(_) => Value::Opaque(v.str()?.to_string()),
-            });
-        }
-        if v.is_instance_of::<PyFloat>() {
-            return Ok(Value::Float(v.extract()?));
-        }
-        if let Ok(s) = v.cast::<PyString>() {
-            return Ok(Value::Str(s.to_string()));
+        if let Some(scalar) = super::convert::scalar_from(v)? {
+            return Ok(scalar);
         }
         if v.is_instance(&self.types.node)? {
             let i = *self.index.get(&(v.as_ptr() as usize)).ok_or_else(|| {

@@ -277,7 +277,6 @@ fn v2_written_views<'py>(
     use crate::forms::call::ViewOfBuffer;
     use crate::forms::reinplace_v2::{read_written, WrittenEncoding, WrittenView};
     use crate::ir::Value;
-    use pyo3::types::{PyBool, PyInt};
     let schema = convert::schema_from(schema)?
         .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no schema"))?;
     // Only the values the parser reads matter (indices, lengths, None);
@@ -287,15 +286,9 @@ fn v2_written_views<'py>(
         let Ok(k) = k.extract::<String>() else {
             continue;
         };
-        let value = if v.is_none() {
-            Value::None
-        } else if v.is_instance_of::<PyBool>() {
-            Value::Bool(v.extract()?)
-        } else if v.is_instance_of::<PyInt>() {
-            v.extract::<i64>()
-                .map_or_else(|_| Value::Opaque(String::new()), Value::Int)
-        } else {
-            Value::Opaque(v.get_type().name()?.to_string())
+        let value = match convert::scalar_from(&v)? {
+            Some(scalar) => scalar,
+            None => Value::Opaque(v.get_type().name()?.to_string()),
         };
         values.push((k, value));
     }
