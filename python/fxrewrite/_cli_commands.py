@@ -27,7 +27,7 @@ from .report import Report
 
 def _plan(args: argparse.Namespace, g: _core.Graph) -> tuple[_core.Plan, Report]:
     plan = g.plan(args.leave)
-    return plan, Report.from_engine(json.loads(plan.report_json()))
+    return plan, Report.from_plan(plan)
 
 
 def _info(g: _core.Graph) -> dict[str, str]:
@@ -145,7 +145,7 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     f = _one_file(args)
     g = _load(args, f)
     rewritten, plan = g.rewritten(args.leave)
-    report = Report.from_engine(json.loads(plan.report_json()))
+    report = Report.from_plan(plan)
     info = [*g.info, ("rewritten_by", "fxrewrite")]
     _write_output(args.output, rewritten.write(info))
 

@@ -3,7 +3,9 @@
 The engine runs here with the GIL released; everything else is Python.
 """
 
-from typing import Any, final
+from typing import Any, TypedDict, final
+
+from .report import Action, Cause, Form
 
 __version__: str
 
@@ -37,6 +39,8 @@ __all__ = [
     "REPLACED_BEFORE_LOWERING",
     "REPORT_VOCABULARY",
     "WIRE_CODES",
+    "CloneNote",
+    "Decision",
     "DecodeError",
     "FileFormatError",
     "FxrewriteError",
@@ -103,11 +107,138 @@ class InternalError(FxrewriteError):
     node: int | None
 
 @final
+class CloneNote:
+    """One clone the plan keeps, and why it is needed (frozen; the engine's
+    ``rust/plan/mod.rs`` ``CloneNote``)."""
+
+    def __new__(
+        cls,
+        arg: str,
+        reason: str,
+        reader: str | None = None,
+        reader_source: str | None = None,
+        bytes: int | None = None,
+        bytes_expr: str | None = None,
+        bytes_at_trace: int | None = None,
+    ) -> CloneNote: ...
+    #: The written argument (``out``, ``xs[1]``, or a v2 base ``_all_bases[0]``).
+    @property
+    def arg(self) -> str: ...
+    #: Why the buffer cannot be written in place.
+    @property
+    def reason(self) -> str: ...
+    #: The node that reads the old value, when that is the reason.
+    @property
+    def reader(self) -> str | None: ...
+    #: The reader's source line, when known.
+    @property
+    def reader_source(self) -> str | None: ...
+    #: Bytes copied, where the shape is static (the engine knows it).
+    @property
+    def bytes(self) -> int | None: ...
+    #: Where it is symbolic: the bytes as an expression of the graph's
+    #: symbols (``"256*s0"``), filled by the pass from the live graph;
+    #: ``None`` on saved graphs.
+    @property
+    def bytes_expr(self) -> str | None: ...
+    #: ``bytes_expr`` at the sizes the graph was traced with.
+    @property
+    def bytes_at_trace(self) -> int | None: ...
+    def with_live_facts(
+        self,
+        *,
+        reader_source: str | None = None,
+        bytes_expr: str | None = None,
+        bytes_at_trace: int | None = None,
+    ) -> CloneNote:
+        """A copy with what only the live graph knows; each fact given
+        replaces this note's, the others are kept."""
+    def size_text(self) -> str:
+        """The bytes copied in words (``2048 bytes``, ``4*s0 bytes (128 at
+        the traced sizes)``, ``symbolic size``)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The note as a JSON-ready dict, every field named."""
+
+@final
+class Decision:
+    """What happened to one auto_functionalized node (frozen; the engine's
+    ``rust/plan/mod.rs`` ``NodeReport``).
+
+    Raises:
+        ValueError: (constructor) ``form``, ``rule``, ``action`` or ``cause``
+            is a name the engine does not use.
+    """
+
+    def __new__(
+        cls,
+        node: str,
+        op: str,
+        form: Form,
+        rule: str,
+        action: Action,
+        moved: list[str] = ...,
+        clones: list[CloneNote] = ...,
+        scatters_removed: int = 0,
+        reason: str | None = None,
+        source: str | None = None,
+        cause: Cause | None = None,
+    ) -> Decision: ...
+    #: The node's name.
+    @property
+    def node(self) -> str: ...
+    #: The mutating operator (``mylib::rms_norm.default``).
+    @property
+    def op(self) -> str: ...
+    @property
+    def form(self) -> Form: ...
+    #: The rule that read the node (``engine_fingerprint`` lists them), or
+    #: ``"none"``.
+    @property
+    def rule(self) -> str: ...
+    @property
+    def action(self) -> Action: ...
+    #: Readers moved before the call instead of cloning.
+    @property
+    def moved(self) -> list[str]: ...
+    #: The clones kept.
+    @property
+    def clones(self) -> list[CloneNote]: ...
+    #: Write-back scatters made unnecessary.
+    @property
+    def scatters_removed(self) -> int: ...
+    #: Why the node was left, for ``"left"``.
+    @property
+    def reason(self) -> str | None: ...
+    #: The node's own source line, when known.
+    @property
+    def source(self) -> str | None: ...
+    #: The kind of reason, for ``"left"``.
+    @property
+    def cause(self) -> Cause | None: ...
+    def with_clones(self, clones: list[CloneNote]) -> Decision:
+        """A copy with ``clones`` in place of this decision's."""
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a JSON-ready dict, clones as dicts."""
+
+class ReportFields(TypedDict):
+    """What ``Plan.report`` returns (a ``dict``): ``fxrewrite.report.Report``'s
+    keywords. A name for type checkers only (``scripts/stubtest-allowlist.txt``)."""
+
+    nodes: int
+    decisions: list[Decision]
+    writebacks_removed: int
+    realized: int
+
+@final
 class Plan:
     """The engine's plan for one graph, kept in Rust until it is applied."""
 
+    def report(self) -> ReportFields:
+        """The report (what was rewritten, cloned, left, and why) as the
+        keywords of ``fxrewrite.report.Report``."""
+
     def report_json(self) -> str:
-        """The report (what was rewritten, cloned, left, and why) as JSON text."""
+        """The same report as the engine serializes it (JSON text)."""
 
     def require_complete(self) -> None:
         """Strict mode: raises if the plan leaves a node alone.

@@ -396,7 +396,7 @@ def render_html(g: _core.Graph, *, title: str, node: str | None = None) -> str:
 
     rewritten, native_plan = g.rewritten()
     plan = {"edits": json.loads(native_plan.edits_json())}
-    report = Report.from_engine(json.loads(native_plan.report_json()))
+    report = Report.from_plan(native_plan)
     before, after = _Table(g), _Table(rewritten)
     regs = [r for r in regions(before, after, plan, report) if node is None or r.decision.node == node]
     svgs: list[str] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -62,8 +61,8 @@ def rewrite_tracking_changes(
         native = enc.native
         plan = native.plan(left_ops)
         t2 = time.perf_counter()
-        report = Report.from_engine(json.loads(plan.report_json()))
-        _size_symbolic_clones(graph, report)
+        report = Report.from_plan(plan)
+        _add_live_facts(graph, report)
         if strict:
             plan.require_complete()
         # Checks the plan against the graph and its own report first, then
@@ -78,7 +77,6 @@ def rewrite_tracking_changes(
             raise
         log.warning("fxrewrite left the graph untouched: %s: %s", type(e).__name__, e)
         return Report(nodes=len(graph.nodes), error=f"{type(e).__name__}: {e}"), []
-    _add_sources(graph, report)
     report.timings = {
         "encode": t1 - t0,
         "engine": t2 - t1,
@@ -122,23 +120,30 @@ def _warn_once_about_the_pre_pass(nodes: list[Any]) -> None:
     )
 
 
-def _add_sources(graph: torch.fx.Graph, report: Report) -> None:
-    """Source lines for the nodes a report names, looked up only for them."""
-    from dataclasses import replace
-
+def _add_live_facts(graph: torch.fx.Graph, report: Report) -> None:
+    """Gives each clone what only the live graph knows: its reader's source
+    line, and, where its size is symbolic, its bytes as an expression of the
+    graph's symbols with that expression at the traced sizes, read off the
+    auto_functionalized node's argument (so this runs before the plan is
+    applied: the engine sees only static sizes). Only decisions with
+    clones are looked at, with one map of the graph's names."""
     from .encode import source_line
 
-    by_name = None
-    for i, d in enumerate(report.decisions):
-        if not d.clones and d.source is None:
-            continue
-        if by_name is None:
-            by_name = {n.name: n for n in graph.nodes}
-        clones = [
-            replace(c, reader_source=c.reader_source or _trace_of(by_name, c.reader, source_line))
-            for c in d.clones
-        ]
-        report.decisions[i] = replace(d, clones=clones)
+    todo = [i for i, d in enumerate(report.decisions) if d.clones]
+    if not todo:
+        return
+    by_name = {n.name: n for n in graph.nodes}
+    for i in todo:
+        d = report.decisions[i]
+        af = by_name.get(d.node)
+        clones = []
+        for c in d.clones:
+            expr, at = (None, None)
+            if c.bytes is None and af is not None:
+                expr, at = _symbolic_bytes(_slot_value(af, c.arg))
+            reader_source = None if c.reader_source else _trace_of(by_name, c.reader, source_line)
+            clones.append(c.with_live_facts(reader_source=reader_source, bytes_expr=expr, bytes_at_trace=at))
+        report.decisions[i] = d.with_clones(clones)
 
 
 def _trace_of(by_name: dict[str, torch.fx.Node], name: str | None, fmt: object) -> str | None:
@@ -146,31 +151,6 @@ def _trace_of(by_name: dict[str, torch.fx.Node], name: str | None, fmt: object) 
         return None
     trace = by_name[name].meta.get("stack_trace")
     return fmt(trace) if callable(fmt) else None
-
-
-def _size_symbolic_clones(graph: torch.fx.Graph, report: Report) -> None:
-    """Gives each clone of symbolic size its bytes as an expression of the
-    graph's symbols and that expression at the traced sizes, read off the
-    auto_functionalized node's argument (still in the graph: this runs
-    before the plan is applied). The engine sees only static sizes."""
-    from dataclasses import replace
-
-    todo = [i for i, d in enumerate(report.decisions) if any(c.bytes is None for c in d.clones)]
-    if not todo:
-        return
-    by_name = {n.name: n for n in graph.nodes}
-    for i in todo:
-        d = report.decisions[i]
-        af = by_name.get(d.node)
-        if af is None:
-            continue
-        clones = []
-        for c in d.clones:
-            if c.bytes is None:
-                expr, at = _symbolic_bytes(_slot_value(af, c.arg))
-                c = replace(c, bytes_expr=expr, bytes_at_trace=at)
-            clones.append(c)
-        report.decisions[i] = replace(d, clones=clones)
 
 
 def _slot_value(af: torch.fx.Node, label: str) -> Any:

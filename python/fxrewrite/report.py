@@ -1,10 +1,23 @@
-"""The Report: what a rewrite did to one graph, and why."""
+"""The Report: what a rewrite did to one graph, and why.
+
+Its entries are the engine's own types (``CloneNote``, ``Decision``: frozen
+classes of the native module, one definition in ``rust/plan/mod.rs``);
+``Report`` adds the pass's outcome (``error``, ``timings``) and the
+presentation (totals, summary, JSON).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._core import CloneNote, Decision
+
+__all__ = ["Action", "Cause", "CloneNote", "Decision", "Form", "Report"]
+
+if TYPE_CHECKING:
+    from ._core import Plan
 
 #: A node's form: which higher-order operator it was.
 Form = Literal["v1", "v2"]
@@ -16,52 +29,6 @@ Action = Literal["reinplaced", "cloned", "left"]
 Cause = Literal["unsupported", "unattributed_sharing", "requested"]
 # The engine's enumerations (``_core.REPORT_VOCABULARY``) name exactly these:
 # ``tests/test_report_vocabulary.py``.
-
-
-@dataclass(frozen=True)
-class CloneNote:
-    """One clone kept, and the reason it is needed."""
-
-    arg: str
-    reason: str
-    reader: str | None = None
-    reader_source: str | None = None
-    #: Bytes copied, where the shape is static (the engine knows it).
-    bytes: int | None = None
-    #: Where it is symbolic: the bytes as an expression of the graph's
-    #: symbols (``"256*s0"``), and that expression at the sizes the graph
-    #: was traced with (its shape environment's hints). Filled by the pass
-    #: from the live graph; ``None`` on saved graphs.
-    bytes_expr: str | None = None
-    bytes_at_trace: int | None = None
-
-    def size_text(self) -> str:
-        """The bytes copied in words (``2048 bytes``, ``4*s0 bytes (128 at
-        the traced sizes)``, ``symbolic size``)."""
-        if self.bytes is not None:
-            return f"{self.bytes} bytes"
-        if self.bytes_expr:
-            at = f" ({self.bytes_at_trace} at the traced sizes)" if self.bytes_at_trace is not None else ""
-            return f"{self.bytes_expr} bytes{at}"
-        return "symbolic size"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What happened to one auto_functionalized node."""
-
-    node: str
-    op: str
-    form: Form
-    rule: str
-    action: Action
-    moved: list[str] = field(default_factory=list)
-    clones: list[CloneNote] = field(default_factory=list)
-    scatters_removed: int = 0
-    reason: str | None = None
-    source: str | None = None
-    #: Why, for a node left (``Cause``).
-    cause: Cause | None = None
 
 
 @dataclass
@@ -84,30 +51,9 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_engine(cls, data: dict[str, Any]) -> Report:
-        """Builds a report from the engine's JSON report object."""
-        decisions = [
-            Decision(
-                node=d["node"],
-                op=d["op"],
-                form=d["form"],
-                rule=d["rule"],
-                action=d["action"],
-                moved=list(d["moved"]),
-                clones=[CloneNote(**c) for c in d["clones"]],
-                scatters_removed=d["scatters_removed"],
-                reason=d["reason"],
-                source=d["source"],
-                cause=d["cause"],
-            )
-            for d in data["decisions"]
-        ]
-        return cls(
-            nodes=data["nodes"],
-            decisions=decisions,
-            writebacks_removed=data["writebacks_removed"],
-            realized=data["realized"],
-        )
+    def from_plan(cls, plan: Plan) -> Report:
+        """The report of the engine's plan (no error, no timings yet)."""
+        return cls(**plan.report())
 
     @property
     def found(self) -> int:
@@ -201,7 +147,14 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return asdict(self)
+        return {
+            "nodes": self.nodes,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "writebacks_removed": self.writebacks_removed,
+            "realized": self.realized,
+            "error": self.error,
+            "timings": dict(self.timings),
+        }
 
     def to_json(self) -> str:
         """The report as JSON text."""

@@ -128,6 +128,8 @@ impl CloneReason {
             reader: reader.map(|r| r.name.clone()),
             reader_source: reader.and_then(|r| r.source.clone()),
             bytes,
+            bytes_expr: None,
+            bytes_at_trace: None,
         }
     }
 }

@@ -158,7 +158,7 @@ impl Context<'_> {
         };
         let (rule, outcome) = match crate::forms::parse(self.graph, id) {
             _ if self.options.leaves(&op_name) => (
-                "none",
+                crate::forms::NO_RULE,
                 Outcome::Left(format!(
                     "{op_name} is left to Inductor on request (Pass(leave=...) or FXREWRITE_LEAVE)"
                 )),
@@ -168,7 +168,10 @@ impl Context<'_> {
             }
             Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
             Some((name, Err(reason))) => (name, Outcome::Left(reason)),
-            None => ("none", Outcome::Left("no form reads this node".into())),
+            None => (
+                crate::forms::NO_RULE,
+                Outcome::Left("no form reads this node".into()),
+            ),
         };
         let requested = self.options.leaves(&op_name);
         let left = match outcome {

@@ -45,6 +45,12 @@ impl Form {
     /// Both forms, V1 first.
     pub const ALL: [Form; 2] = [Form::V1, Form::V2];
 
+    /// The form named `name` (`"v1"` or `"v2"`).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Form> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
     /// The stable name reports use: `"v1"` or `"v2"`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -96,6 +102,20 @@ pub fn registry() -> &'static [&'static dyn Rule] {
 #[must_use]
 pub fn rule_names() -> Vec<&'static str> {
     registry().iter().map(|f| f.name()).collect()
+}
+
+/// The rule name a report gives a node no rule read, or one the caller
+/// asked to leave.
+pub const NO_RULE: &str = "none";
+
+/// The registered rule named `name`, or [`NO_RULE`]: the name as the engine
+/// keeps it; `None` for a name that is neither.
+#[must_use]
+pub fn rule_named(name: &str) -> Option<&'static str> {
+    rule_names()
+        .into_iter()
+        .chain([NO_RULE])
+        .find(|rule| *rule == name)
 }
 
 /// The name of the rule that claims `node` and what it parsed, or `None`
@@ -199,6 +219,15 @@ mod tests {
     use super::*;
     use crate::ir::schema::OpTags;
     use crate::ir::{TargetKind, Value};
+
+    #[test]
+    fn rule_named_knows_every_rule_and_none_other() {
+        for name in rule_names() {
+            assert_eq!(rule_named(name), Some(name));
+        }
+        assert_eq!(rule_named(NO_RULE), Some(NO_RULE));
+        assert_eq!(rule_named("reinplace_v3"), None);
+    }
 
     #[test]
     fn exactly_one_rule_claims_each_kind_of_node() {

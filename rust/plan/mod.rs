@@ -168,6 +168,12 @@ impl Action {
     /// Every action, in declaration order.
     pub const ALL: [Action; 3] = [Action::Reinplaced, Action::Cloned, Action::Left];
 
+    /// The action named `name` (as [`Self::as_str`] names it).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Action> {
+        Self::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
     /// The name reports use (`"reinplaced"`), as serialized.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -200,6 +206,12 @@ impl LeftCause {
         LeftCause::UnattributedSharing,
         LeftCause::Requested,
     ];
+
+    /// The cause named `name` (as [`Self::as_str`] names it).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<LeftCause> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
+    }
 
     /// The name reports use (`"unattributed_sharing"`), as serialized.
     #[must_use]
@@ -240,6 +252,15 @@ pub struct CloneNote {
     pub reader_source: Option<String>,
     /// Bytes copied by the clone, when the shape is static.
     pub bytes: Option<u64>,
+    /// Where the shape is symbolic: the bytes as an expression of the
+    /// graph's symbols (`"256*s0"`). The engine sees only static sizes, so
+    /// only the pass fills it, from the live graph; never in a saved plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_expr: Option<String>,
+    /// [`Self::bytes_expr`] at the sizes the graph was traced with (its
+    /// shape environment's hints), filled with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_at_trace: Option<u64>,
 }
 
 /// The decision for one auto_functionalized node.
@@ -357,6 +378,21 @@ mod tests {
                 Some(c.as_str())
             );
         }
+        for (name, action) in ["reinplaced", "cloned", "left"]
+            .into_iter()
+            .zip(Action::ALL)
+        {
+            assert_eq!(Action::from_name(name), Some(action));
+        }
+        for c in LeftCause::ALL {
+            assert_eq!(LeftCause::from_name(c.as_str()), Some(c));
+        }
+        for f in Form::ALL {
+            assert_eq!(Form::from_name(f.as_str()), Some(f));
+        }
+        assert_eq!(Form::from_name("v3"), None);
+        assert_eq!(Action::from_name("Left"), None);
+        assert_eq!(LeftCause::from_name(""), None);
         let vocabulary = report_vocabulary();
         assert_eq!(vocabulary[1].1, ["reinplaced", "cloned", "left"]);
         assert_eq!(vocabulary[2].1.len(), LeftCause::ALL.len());

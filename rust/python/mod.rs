@@ -11,6 +11,7 @@ mod convert;
 mod errors;
 mod fx_editor;
 mod fx_reader;
+mod report;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -25,7 +26,16 @@ struct PyPlan {
 
 #[pymethods]
 impl PyPlan {
-    /// The report (what was rewritten, cloned, left, and why) as JSON text.
+    /// The report (what was rewritten, cloned, left, and why) as the
+    /// keywords of `fxrewrite.report.Report`: `nodes`, `decisions` (one
+    /// `Decision` per auto_functionalized node, in graph order),
+    /// `writebacks_removed`, `realized`.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        report::report_fields(py, &self.plan.report)
+    }
+
+    /// The same report as the engine serializes it (JSON text): the saved
+    /// plans' snapshots (`scripts/plan_snapshot.py`) hold it byte for byte.
     fn report_json(&self) -> PyResult<String> {
         serde_json::to_string(&self.plan.report).map_err(|e| errors::internal(e.to_string()))
     }
@@ -328,6 +338,7 @@ fn v2_written_views<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
+    report::register(m)?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(engine_fingerprint, m)?)?;
