@@ -37,7 +37,7 @@ impl Context<'_> {
             }
             kept.push(m);
             let in_input_family = cut.is_some_and(|(input, _)| {
-                structural_root(&self.roles, m) == input && self.ver[m.idx()] == 0
+                structural_root(&self.roles, m) == input && self.versions.is_first(m)
             });
             let pos = &self.pos;
             let this = &*self;

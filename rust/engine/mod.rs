@@ -21,7 +21,7 @@
 //! later in-place call writes to be computed where it stands; that is what
 //! makes both moved readers and readers already before a call sound.
 
-use crate::analysis::alias::{classify, Role, ViewStep};
+use crate::analysis::alias::{classify, Role};
 use crate::analysis::liveness::last_reads;
 use crate::analysis::uses::Uses;
 use crate::error::Result;
@@ -36,7 +36,9 @@ mod emit;
 mod hazards;
 mod hold_back;
 mod in_place;
+mod journal;
 mod layout;
+mod links;
 mod mutation;
 mod out_call;
 mod plan_builder;
@@ -45,6 +47,7 @@ mod realize;
 mod sharing;
 mod storage;
 mod unit_clone;
+mod versions;
 mod walk;
 mod writeback;
 mod writers;
@@ -53,26 +56,15 @@ mod written_args;
 use bindings::Bindings;
 use classes::StorageClasses;
 use in_place::InPlaceWrites;
+use links::Links;
 use plan_builder::PlanBuilder;
 use positions::Positions;
+use versions::Versions;
 use writers::Writers;
 
 /// Largest number of nodes moved ahead of one call; past it, a clone is
 /// cheaper to reason about than a long reordering.
 const MAX_MOVED: usize = 64;
-
-/// How a node's geometry derives from another node's.
-#[derive(Clone, Debug)]
-enum Link {
-    Root,
-    Same(NodeId),
-    Step(NodeId, ViewStep),
-}
-
-/// Links an analysis set, with the values they replaced, so that a result
-/// the planner then drops leaves no trace (`Context::restore_links`).
-#[derive(Debug, Default)]
-struct LinkUndo(Vec<(NodeId, Link)>);
 
 /// What planning did with an auto_functionalized node.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,10 +126,11 @@ pub struct Context<'g> {
     pos: Positions,
     /// The storage classes of the rewritten program (`classes.rs`).
     classes: StorageClasses,
-    /// Per node, the version of its class's memory the node's value holds.
-    ver: Vec<u32>,
-    /// Per node, how its geometry derives from another node's (`Link`).
-    link: Vec<Link>,
+    /// Per node, the version of its class's memory the node's value holds
+    /// (`versions.rs`).
+    versions: Versions,
+    /// Per node, how its geometry derives from another node's (`links.rs`).
+    links: Links,
     /// The in-place writers already in the graph (`writers.rs`).
     writers: Writers,
     /// What the results of planned calls and removed scatters stand for
@@ -201,8 +194,8 @@ impl<'g> Context<'g> {
             last_read,
             pos: Positions::new(n),
             classes: StorageClasses::new(n),
-            ver: vec![0; n],
-            link: vec![Link::Root; n],
+            versions: Versions::new(n),
+            links: Links::new(n),
             writers,
             bindings: Bindings::default(),
             in_place: InPlaceWrites::default(),

@@ -4,25 +4,22 @@
 //! Decide, then emit: deciding pushes no edit and records no report entry
 //! (the plan, `plan_builder.rs`, is only written by `emit_mutation`), and the
 //! clone decision is data (`Decided`: per buffer the `CloneReason`, turned
-//! into report text only in `unit_notes`). What is still undone by hand is
-//! the walk state the checks themselves read, kept in one journal
-//! ([`Tentative`], undone as a whole by [`Context::roll_back`]):
+//! into report text only in `unit_notes`). Deciding does change walk state
+//! that the checks themselves read, before it knows whether the call is
+//! rewritten:
 //! - positions (`positions.rs`): the readers a storage class moves ahead of
 //!   the call. The checks of a *later* class of the same call must see
 //!   them (`readers_to_move`, `reader_from` and `view_geometry` read
 //!   `Positions::of`), so an accepted class's moves are live before the
 //!   call is decided; a refused class, or a call left because a unit has no
 //!   recipe, drops them.
-//! - geometry links (`Context::link`, set by the v1 scatter-chain search,
+//! - geometry links (`links.rs`, set by the v1 scatter-chain search,
 //!   `writeback.rs`): the geometries the search compares run through the
 //!   links it gives nodes not walked yet.
 //!
-//! Making this structural means an overlay (a tentative layer with marks
-//! per class) inside `Positions` and a links type of its own, read by every
-//! geometry and position query in `storage.rs`, `hazards.rs`, `checks.rs`
-//! and `writeback.rs`; it was not done in this step because those queries
-//! are the walk's hot path and the layer must be nested (call, then class),
-//! so it needs its own benchmark against `benches/`.
+//! Both are journaled (`journal.rs`): the call takes a [`Mark`] of them,
+//! each storage class a nested one, and a refused class or call rolls back
+//! to its mark; nothing here remembers previous values.
 
 use std::collections::BTreeSet;
 
@@ -34,26 +31,28 @@ use crate::forms::Form;
 use crate::ir::NodeId;
 
 use super::checks::CloneReason;
+use super::journal::Checkpoint;
 use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::{writeback, Context, LinkUndo, Outcome};
+use super::{writeback, Context, Outcome};
 
-/// The changes to the walk's state that deciding a call makes before it
-/// knows whether the call is rewritten: readers moved ahead of it and the
-/// geometry links of v1 write-back chains (the chain search compares
-/// geometries through them, and the checks of a later storage class see the
-/// moves of an earlier one). Kept as a whole when the call is emitted,
-/// rolled back as a whole ([`Context::roll_back`]) when it, or the class
-/// that made them, is not written in place.
+/// Where the journaled walk state (positions and links) stood when a call,
+/// or one storage class of it, began to be decided: closed by
+/// [`Context::commit`] when it is written in place, by
+/// [`Context::rollback`] when not.
+#[must_use = "a mark is closed by commit or rollback"]
+struct Mark {
+    positions: Checkpoint,
+    links: Checkpoint,
+}
+
+/// What writing buffers in place needs beyond the journaled state: the
+/// readers moved ahead of the call and the v1 write-back chains made
+/// no-ops (for `emit_mutation`).
 #[derive(Debug, Default)]
-struct Tentative {
+struct InPlaceNeeds {
     /// Readers moved ahead of the call.
     moved: BTreeSet<NodeId>,
-    /// Their positions before the move, in the order moved.
-    previous_pos: Vec<(NodeId, i64)>,
-    /// Links set by the write-back chain searches, with the values they
-    /// replaced.
-    links: LinkUndo,
     /// The v1 write-back chains the call makes no-ops.
     chains: Vec<writeback::ScatterChain>,
 }
@@ -72,12 +71,10 @@ pub(super) struct Decided {
     pub(super) chains: Vec<writeback::ScatterChain>,
 }
 
-impl Tentative {
-    /// Adds the changes of `other`, made after these.
+impl InPlaceNeeds {
+    /// Adds the needs of `other`, decided after these.
     fn absorb(&mut self, other: Self) {
         self.moved.extend(other.moved);
-        self.previous_pos.extend(other.previous_pos);
-        self.links.0.extend(other.links.0);
         self.chains.extend(other.chains);
     }
 }
@@ -99,21 +96,23 @@ impl Context<'_> {
             Ok(s) => s,
             Err(reason) => return Ok(Outcome::Unattributed(reason)),
         };
-        let mut tentative = Tentative::default();
-        let clone = self.decide_clones(call, &sharing, &mut tentative);
+        let mark = self.mark();
+        let mut needs = InPlaceNeeds::default();
+        let clone = self.decide_clones(call, &sharing, &mut needs);
         let recipes = match self.unit_recipes(call, &sharing, &clone) {
             Ok(recipes) => recipes,
             Err(reason) => {
                 // Nothing is emitted for a node left alone.
-                self.roll_back(tentative);
+                self.rollback(mark);
                 return Ok(Outcome::Left(reason));
             }
         };
+        self.commit(mark);
         let decided = Decided {
             clone,
             recipes,
-            moved: tentative.moved,
-            chains: tentative.chains,
+            moved: needs.moved,
+            chains: needs.chains,
         };
         self.emit_mutation(call, rule, &sharing, &decided)?;
         Ok(Outcome::Rewritten)
@@ -121,7 +120,7 @@ impl Context<'_> {
 
     /// Per buffer of `call`, the note of its clone, or `None` when it is
     /// written in place; the moves and write-back chains that writing in
-    /// place needs are added to `tentative`. Reasons that hold whatever the
+    /// place needs are added to `needs`. Reasons that hold whatever the
     /// later readers are decided first ([`Self::buffer_reason`]), for whole
     /// units, so that the readers are weighed only for what stays; then the
     /// buffers of each storage class ([`Self::decide_class`]).
@@ -129,7 +128,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
-        tentative: &mut Tentative,
+        needs: &mut InPlaceNeeds,
     ) -> Vec<Option<CloneReason>> {
         let nb = call.buffers.len();
         let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -155,11 +154,15 @@ impl Context<'_> {
             if accepted.is_empty() {
                 continue;
             }
-            let mut class = Tentative::default();
+            let mark = self.mark();
+            let mut class = InPlaceNeeds::default();
             match self.decide_class(call, root, &accepted, &noop, &mut class) {
-                Ok(()) => tentative.absorb(class),
+                Ok(()) => {
+                    self.commit(mark);
+                    needs.absorb(class);
+                }
                 Err((buffers, reason)) => {
-                    self.roll_back(class);
+                    self.rollback(mark);
                     for b in buffers {
                         clone[b] = Some(reason.clone());
                     }
@@ -172,7 +175,7 @@ impl Context<'_> {
 
     /// Decides buffers `accepted` of storage class `root` (none of them
     /// cloned for a reason of its own): written in place, with the moves and
-    /// write-back chain that needs added to `tentative`, or the buffers to
+    /// write-back chain that needs added to `needs`, or the buffers to
     /// clone and why.
     fn decide_class(
         &mut self,
@@ -180,7 +183,7 @@ impl Context<'_> {
         root: usize,
         accepted: &[usize],
         noop: &[bool],
-        tentative: &mut Tentative,
+        needs: &mut InPlaceNeeds,
     ) -> std::result::Result<(), (Vec<usize>, CloneReason)> {
         let af = call.node;
         let active: Vec<usize> = accepted.iter().copied().filter(|&b| !noop[b]).collect();
@@ -189,12 +192,11 @@ impl Context<'_> {
         }
         let cut = self.write_back_cut(root, af);
         if call.form == Form::V1 {
-            if let Some((chain, links)) = self.scatter_chain(call, accepted, root) {
-                tentative.chains.push(chain);
-                tentative.links = links;
+            if let Some(chain) = self.scatter_chain(call, accepted, root) {
+                needs.chains.push(chain);
             }
         }
-        let chain = tentative.chains.first();
+        let chain = needs.chains.first();
         if let Some(reason) =
             cut.and_then(|cut| self.read_after_write_back(call, accepted, cut, chain))
         {
@@ -204,19 +206,30 @@ impl Context<'_> {
             .readers_to_move(call, root, &active, cut, chain)
             .map_err(|reason| (active, reason))?;
         for m in moves {
-            let before = self.pos.move_ahead_of(m, af);
-            tentative.previous_pos.push((m, before));
-            tentative.moved.insert(m);
+            self.pos.move_ahead_of(m, af);
+            needs.moved.insert(m);
         }
         Ok(())
     }
 
-    /// Undoes the changes of `tentative`, newest first.
-    fn roll_back(&mut self, tentative: Tentative) {
-        for (m, p) in tentative.previous_pos.into_iter().rev() {
-            self.pos.restore(m, p);
+    /// Starts recording the journaled walk state (positions and links).
+    fn mark(&mut self) -> Mark {
+        Mark {
+            positions: self.pos.checkpoint(),
+            links: self.links.checkpoint(),
         }
-        self.restore_links(tentative.links);
+    }
+
+    /// Keeps the changes since `mark`.
+    fn commit(&mut self, mark: Mark) {
+        self.pos.commit(mark.positions);
+        self.links.commit(mark.links);
+    }
+
+    /// Restores positions and links as they were at `mark`.
+    fn rollback(&mut self, mark: Mark) {
+        self.pos.rollback(mark.positions);
+        self.links.rollback(mark.links);
     }
 
     /// How each unit with a clone is copied (by unit), or the reason one
@@ -376,9 +389,10 @@ impl Context<'_> {
 mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
-    use crate::analysis::test_graph::{add_, n, neg, B};
+    use crate::analysis::test_graph::{add, add_, n, neg, op, B};
     use crate::forms::FormCall;
-    use crate::ir::Graph;
+    use crate::ir::schema::ArgType::Tensor;
+    use crate::ir::{Graph, Value};
     use crate::plan::Action;
 
     /// The one clone note of the plan of `g`.
@@ -520,5 +534,41 @@ mod tests {
         };
         assert_eq!(cx.result_nodes(&call, 0), [nt]);
         assert!(cx.check_users(&call).is_ok());
+    }
+
+    #[test]
+    fn a_call_left_alone_leaves_the_readers_it_moved_where_they_stood() {
+        // `t`'s class is decided first and moves `r` ahead of the call;
+        // `u`'s old value is read by `late` after the call (which needs
+        // the call's result, so it cannot move) and `u` has no metadata to
+        // clone it with: the call is left, and `r` must be back.
+        let two = op(
+            "m::two_.default",
+            &[("x", Tensor, "a!"), ("y", Tensor, "b!")],
+            &[],
+        );
+        let mut b = B::new();
+        let x = b.input("x");
+        let t = b.fresh("t", x);
+        let u = b.call("u", &neg(), vec![n(x)]);
+        let af = b.af(
+            "af",
+            true,
+            &two,
+            vec![
+                ("_x_base_index", Value::Int(0)),
+                ("_y_base_index", Value::Int(1)),
+                ("_all_bases", Value::List(vec![n(t), n(u)])),
+            ],
+        );
+        let nt = b.getitem("nt", af, 1);
+        let r = b.fresh("r", t);
+        let late = b.call("late", &add(), vec![n(u), n(nt)]);
+        let g = b.output(&[nt, r, late]);
+        let plan = plan_of(&g);
+        assert_eq!(only_decision(&plan).action, Action::Left, "{plan:#?}");
+        let mut cx = Context::new(&g);
+        cx.run().unwrap();
+        assert_eq!(cx.pos.of(r), 2 * i64::from(r.0));
     }
 }

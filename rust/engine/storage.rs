@@ -1,41 +1,17 @@
 //! Geometry over the storage classes (`classes.rs`): how a node's view
-//! derives from its root, the node whose layout a value has in the
-//! rewritten program, and what a node the plan replaced now is.
+//! derives from its root (through its links, `links.rs`, or for a view not
+//! walked yet through its view chain), the node whose layout a value has in
+//! the rewritten program, and what a node the plan replaced now is.
 
 use crate::analysis::alias::{Geometry, Role, ViewStep};
 use crate::ir::NodeId;
 
-use super::{Context, Link};
+use super::Context;
 
 impl Context<'_> {
+    /// `n`'s geometry in the rewritten program (`Links::geometry`).
     pub(super) fn geometry(&self, n: NodeId) -> Geometry {
-        let mut steps_rev: Vec<&ViewStep> = Vec::new();
-        let mut cur = n;
-        loop {
-            match &self.link[cur.idx()] {
-                Link::Root => break,
-                Link::Same(m) => cur = *m,
-                Link::Step(m, s) => {
-                    steps_rev.push(s);
-                    cur = *m;
-                }
-            }
-        }
-        let mut g = Geometry {
-            root: cur,
-            steps: Vec::new(),
-        };
-        for s in steps_rev.into_iter().rev() {
-            g = g.then(s);
-        }
-        g
-    }
-
-    pub(super) fn same_target(&self, n: NodeId) -> NodeId {
-        match &self.link[n.idx()] {
-            Link::Same(m) => *m,
-            _ => n,
-        }
+        self.links.geometry(n)
     }
 
     /// The node whose metadata gives `n`'s layout in the rewritten program:
@@ -54,8 +30,8 @@ impl Context<'_> {
             cur = m;
         }
         while self.graph.node(cur).meta.is_none() {
-            match (self.link[cur.idx()].clone(), self.bindings.same_layout(cur)) {
-                (Link::Same(m), _) if m != cur => cur = m,
+            match (self.links.same(cur), self.bindings.same_layout(cur)) {
+                (Some(m), _) if m != cur => cur = m,
                 (_, Some(m)) if m != cur => cur = m,
                 _ => break,
             }
@@ -94,7 +70,7 @@ impl Context<'_> {
                 return true;
             }
             cur = *src;
-            if let Link::Same(m) = self.link[cur.idx()] {
+            if let Some(m) = self.links.same(cur) {
                 cur = m;
             }
         }

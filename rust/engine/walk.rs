@@ -11,7 +11,7 @@ use crate::ir::NodeId;
 use crate::plan::{Action, LeftCause, NodeReport};
 
 use super::bindings::Bind;
-use super::{nid, Context, Link, Outcome};
+use super::{nid, Context, Outcome};
 
 impl Context<'_> {
     /// Walks every node in graph order.
@@ -40,11 +40,8 @@ impl Context<'_> {
             Role::Input => self.classes.inputs[i].push(id),
             Role::View { src, step, .. } => {
                 self.classes.union(id, src);
-                self.ver[i] = self.ver[src.idx()];
-                self.link[i] = match step {
-                    None => Link::Same(self.same_target(src)),
-                    Some(s) => Link::Step(src, s),
-                };
+                self.versions.set(id, self.versions.of(src));
+                self.links.view_of(id, src, step);
             }
             Role::Opaque => {
                 let mut ops = Vec::new();
@@ -53,7 +50,7 @@ impl Context<'_> {
                     self.classes.union(id, o);
                 }
                 let r = self.classes.find(id);
-                self.ver[i] = self.classes.latest[r];
+                self.versions.set(id, self.classes.latest[r]);
             }
             Role::OtherMutation { written } => {
                 // Writing arguments in place makes them share no memory
@@ -70,7 +67,7 @@ impl Context<'_> {
                     }
                 }
                 let r = self.classes.find(id);
-                self.ver[i] = self.classes.latest[r];
+                self.versions.set(id, self.classes.latest[r]);
             }
             Role::AutoFunctionalized => {
                 self.plan_af(id)?;
@@ -89,8 +86,8 @@ impl Context<'_> {
             Role::Scatter { .. } => {
                 if let Some((base, event)) = self.bindings.scatter(id) {
                     self.classes.union(id, base);
-                    self.ver[i] = event;
-                    self.link[i] = Link::Same(self.same_target(base));
+                    self.versions.set(id, event);
+                    self.links.same_as(id, base);
                     storage_union = false;
                 }
             }
@@ -115,37 +112,36 @@ impl Context<'_> {
         if let Some(first) = self.classes.first_with_storage_key(key, id) {
             let r = self.classes.union(id, first);
             if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                self.ver[id.idx()] = self.classes.latest[r];
+                self.versions.set(id, self.classes.latest[r]);
             }
         }
     }
 
     fn apply_bind(&mut self, id: NodeId, af: NodeId, bind: Option<Bind>) {
-        let i = id.idx();
         match bind {
             Some(Bind::Buffer { node, event }) => {
                 self.classes.union(id, node);
-                self.ver[i] = event;
-                self.link[i] = Link::Same(self.same_target(node));
+                self.versions.set(id, event);
+                self.links.same_as(id, node);
             }
             Some(Bind::Alias { node, event }) => {
                 self.classes.union(id, node);
-                self.ver[i] = event;
+                self.versions.set(id, event);
             }
             Some(Bind::Clone { key, of }) => match self.bindings.bind_clone(id, key, of) {
                 Some(rep) => {
                     self.classes.union(id, rep);
-                    self.link[i] = Link::Same(self.same_target(rep));
+                    self.links.same_as(id, rep);
                 }
-                None => self.link[i] = Link::Root,
+                None => self.links.set_root(id),
             },
             Some(Bind::Tensor) => {
                 self.classes.union(id, af);
                 let r = self.classes.find(id);
-                self.ver[i] = self.classes.latest[r];
-                self.link[i] = Link::Root;
+                self.versions.set(id, self.classes.latest[r]);
+                self.links.set_root(id);
             }
-            Some(Bind::Fresh | Bind::List(_)) | None => self.link[i] = Link::Root,
+            Some(Bind::Fresh | Bind::List(_)) | None => self.links.set_root(id),
         }
     }
 
@@ -240,7 +236,7 @@ mod tests {
         let mut cx = Context::new(&g);
         cx.run().unwrap();
         assert_eq!(cx.classes.find(nt), cx.classes.find(t));
-        assert!(cx.ver[nt.idx()] > cx.ver[t.idx()]);
+        assert!(cx.versions.of(nt) > cx.versions.of(t));
         assert_eq!(cx.geometry(nt), cx.geometry(t));
         // The call's own slot is not a value: only its getitems are bound.
         assert_ne!(cx.classes.find(af), cx.classes.find(t));

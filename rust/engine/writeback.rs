@@ -13,7 +13,7 @@ use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::layout::strided_layout;
-use super::{Context, Link, LinkUndo};
+use super::Context;
 
 /// A write-back chain: each scatter, with the base of its chain and whether
 /// it writes back exactly the new values (then it can go).
@@ -23,37 +23,24 @@ impl Context<'_> {
     /// v1 write-back elimination: the scatters that put the new values of the
     /// re-inplaced views of class `root` back into their base. Returns the
     /// chain (node -> (chain base, exact)) when every scatter can go, with
-    /// the geometry links it gave the nodes on the way (the previous links,
-    /// for [`Self::restore_links`] if the caller drops the chain); `None`,
-    /// and every link as it was, when the pattern is not provably a pure
-    /// write-back. The links are set during the search because the
-    /// geometries it compares run through them.
+    /// the geometry links it gave the nodes on the way kept (journaled, so
+    /// an enclosing rollback still takes them back); `None`, and every link
+    /// as it was, when the pattern is not provably a pure write-back. The
+    /// links are set during the search because the geometries it compares
+    /// run through them.
     pub(super) fn scatter_chain(
         &mut self,
         call: &MutationCall,
         accepted: &[usize],
         root: usize,
-    ) -> Option<(ScatterChain, LinkUndo)> {
-        let mut undo = LinkUndo::default();
-        match self.search_scatter_chain(call, accepted, root, &mut undo) {
-            Some(chain) => Some((chain, undo)),
-            None => {
-                self.restore_links(undo);
-                None
-            }
+    ) -> Option<ScatterChain> {
+        let cp = self.links.checkpoint();
+        let chain = self.search_scatter_chain(call, accepted, root);
+        match chain {
+            Some(_) => self.links.commit(cp),
+            None => self.links.rollback(cp),
         }
-    }
-
-    /// Puts back the links recorded in `undo`, newest first.
-    pub(super) fn restore_links(&mut self, undo: LinkUndo) {
-        for (n, link) in undo.0.into_iter().rev() {
-            self.link[n.idx()] = link;
-        }
-    }
-
-    fn set_link(&mut self, n: NodeId, link: Link, undo: &mut LinkUndo) {
-        let previous = std::mem::replace(&mut self.link[n.idx()], link);
-        undo.0.push((n, previous));
+        chain
     }
 
     fn search_scatter_chain(
@@ -61,7 +48,6 @@ impl Context<'_> {
         call: &MutationCall,
         accepted: &[usize],
         root: usize,
-        undo: &mut LinkUndo,
     ) -> Option<ScatterChain> {
         let af = call.node;
         let mut chain: ScatterChain = BTreeMap::new();
@@ -77,10 +63,7 @@ impl Context<'_> {
                 if let Some(ResultSlot::Buffer(b)) = call.results.get(index) {
                     if accepted.contains(b) {
                         exact_src.insert(u);
-                        let link = Link::Same(self.same_target(call.buffers[*b].node));
-                        // (Fields, not `set_link`: `self.uses` is borrowed.)
-                        undo.0
-                            .push((u, std::mem::replace(&mut self.link[u.idx()], link)));
+                        self.links.same_as(u, call.buffers[*b].node);
                         self.queue_users_through_views(u, &mut queue);
                     }
                 }
@@ -107,10 +90,10 @@ impl Context<'_> {
                 // of it taken after the call (the same `reshape` the written
                 // argument was cut through, made again for the write-back).
                 let anchor = self.view_anchor(base, p)?;
-                if self.classes.find(anchor) != root || self.ver[anchor.idx()] != latest {
+                if self.classes.find(anchor) != root || self.versions.of(anchor) != latest {
                     return None;
                 }
-                self.link_views_ahead(base, p, undo);
+                self.link_views_ahead(base, p);
                 accepted.to_vec()
             };
             if self.geometry(base).then(&step) != src_geom {
@@ -120,8 +103,7 @@ impl Context<'_> {
                 let g = &arg_geom.iter().find(|(x, _)| x == b).map(|(_, g)| g);
                 !g.is_some_and(|g| g.root == src_geom.root && g.steps.starts_with(&src_geom.steps))
             });
-            let link = Link::Same(self.same_target(base));
-            self.set_link(sc, link, undo);
+            self.links.same_as(sc, base);
             let geom = self.geometry(sc);
             let exact = pending.iter().all(|b| {
                 arg_geom
@@ -251,7 +233,7 @@ impl Context<'_> {
     /// Gives the views between `n` and its anchor (not walked yet) the
     /// links the walk will give them, so that geometries through them
     /// resolve now.
-    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64, undo: &mut LinkUndo) {
+    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64) {
         let mut chain = Vec::new();
         let mut cur = n;
         while self.pos.of(cur) > p {
@@ -262,11 +244,7 @@ impl Context<'_> {
             cur = *src;
         }
         for (v, src, step) in chain.into_iter().rev() {
-            let link = match step {
-                None => Link::Same(self.same_target(src)),
-                Some(s) => Link::Step(src, s),
-            };
-            self.set_link(v, link, undo);
+            self.links.view_of(v, src, step);
         }
     }
 
@@ -318,7 +296,7 @@ impl Context<'_> {
             let same_geometry = same_layout
                 || self.geometry(src) == self.geometry(dst)
                 || self.same_bits_through_dtype_views(src, dst);
-            if same_geometry && self.ver[src.idx()] == self.classes.latest[rd] {
+            if same_geometry && self.versions.of(src) == self.classes.latest[rd] {
                 if !self.uses.users(copy).is_empty() {
                     self.plan.replace(copy, ValueRef::Old(dst));
                 }
@@ -351,7 +329,7 @@ impl Context<'_> {
         let r = self.classes.union(copy, dst);
         let e = self.classes.new_version();
         self.classes.latest[r] = e;
-        self.ver[copy.idx()] = e;
+        self.versions.set(copy, e);
     }
 }
 
