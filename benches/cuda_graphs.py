@@ -71,8 +71,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The worker imports moe_model from here; spawn passes sys.path to children.
+# The worker imports moe_model and cuda_graph_probes from here; spawn passes sys.path to children.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_graph_probes import AfCounter, copy_kernels, count_captures, max_err
 
 MODELS = ("demo", "moe")
 FORMS = ("v2", "v1")
@@ -84,7 +86,6 @@ SIZES = {"static": (8,), "dynamic": (8, 16)}
 CALLS_PER_SIZE = 3  # cudagraph trees: warm-up run, capture, replay
 WARMUP_STEPS = 10
 PROFILED_STEPS = 5
-COPY_WORDS = ("copy", "memcpy", "clone")
 DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "cuda_graphs.json"
 
 
@@ -169,73 +170,6 @@ def _build(model: str, device: Any) -> tuple[Any, Any]:
 # --- the worker ------------------------------------------------------------------------------------
 
 
-class _AfCounter:
-    """A post-grad custom pass that changes nothing and records how many
-    auto_functionalized nodes are left when it runs (after fxrewrite, when
-    composed after it): vLLM's assertion before capture, as a number."""
-
-    def __init__(self) -> None:
-        self.counts: list[int] = []
-
-    def __call__(self, graph: Any) -> None:
-        from fxrewrite.encode import count_auto_functionalized
-
-        self.counts.append(count_auto_functionalized(graph))
-
-    def uuid(self) -> None:  # never cached (the FX graph cache is off anyway)
-        return None
-
-
-_CAPTURES = [0]
-
-
-def _count_captures() -> int:
-    """CUDA graphs captured in this process so far (the first call patches
-    ``torch.cuda.CUDAGraph.capture_end``, which every capture ends with)."""
-    import torch
-
-    graph_cls: Any = torch.cuda.CUDAGraph
-    if not getattr(graph_cls, "_fxr_counted", False):
-        capture_end = graph_cls.capture_end
-
-        def counted_capture_end(self: Any) -> None:
-            capture_end(self)
-            _CAPTURES[0] += 1
-
-        graph_cls.capture_end = counted_capture_end
-        graph_cls._fxr_counted = True
-    return _CAPTURES[0]
-
-
-def _copy_kernels(prof: Any, cuda: bool) -> tuple[int, int, dict[str, int]]:
-    """(copy-like events, all kernels, copy-like names with counts) in a profile:
-    device kernels and memcpys on CUDA, aten operators on the CPU."""
-    import torch
-
-    copies, kernels, names = 0, 0, {}
-    for evt in prof.events():
-        if cuda:
-            if evt.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-        elif not evt.name.startswith("aten::"):
-            continue
-        kernels += 1
-        if any(w in evt.name.lower() for w in COPY_WORDS):
-            copies += 1
-            names[evt.name[:120]] = names.get(evt.name[:120], 0) + 1
-    return copies, kernels, names
-
-
-def _max_err(got: Any, want: Any) -> float:
-    import torch
-
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf")
-    if not got.is_floating_point():
-        return 0.0 if torch.equal(got, want) else float("inf")
-    return float((got.double() - want.double()).abs().max().item()) if got.numel() else 0.0
-
-
 def run_batch(
     batch: list[tuple[int, Spec]], cuda: bool, steps: int, out_dir: str, lock: Any, cache_dir: str
 ) -> None:
@@ -301,7 +235,7 @@ def _run_checks(spec: Spec, cuda: bool, steps: int, lock: Any, result: Result) -
 
     device = torch.device("cuda" if cuda else "cpu")
     result.device = torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu"
-    counter = _AfCounter()
+    counter = AfCounter()
     installation = None
     if spec.pass_ == "fxrewrite":
         # strict: fxrewrite raises rather than leave a node to Inductor.
@@ -312,7 +246,7 @@ def _run_checks(spec: Spec, cuda: bool, steps: int, lock: Any, result: Result) -
     else:
         inductor_config.post_grad_custom_post_pass = counter
 
-    captures_before = _count_captures() if cuda else 0
+    captures_before = count_captures() if cuda else 0
     torch.manual_seed(0)
     model, inputs = _build(spec.model, device)
     eager = copy.deepcopy(model)
@@ -351,10 +285,10 @@ def _run_checks(spec: Spec, cuda: bool, steps: int, lock: Any, result: Result) -
                 if call == 0:
                     result.compile_s[str(tokens)] = time.perf_counter() - t0
                 want = eager(*args)
-                errs = [_max_err(got, want)]
-                errs += [_max_err(a, b) for a, b in zip(mine, args, strict=True)]
+                errs = [max_err(got, want)]
+                errs += [max_err(a, b) for a, b in zip(mine, args, strict=True)]
                 errs += [
-                    _max_err(a, b)
+                    max_err(a, b)
                     for (_, a), (_, b) in zip(model.named_buffers(), eager.named_buffers(), strict=True)
                 ]
                 result.max_abs_err = max(result.max_abs_err, *errs)
@@ -382,7 +316,7 @@ def _run_checks(spec: Spec, cuda: bool, steps: int, lock: Any, result: Result) -
         result.failures.append(f"one graph: {result.graphs_compiled} graphs compiled for {len(sizes)} sizes")
     if cuda:
         result.cudagraph_skips = int(counters["inductor"]["cudagraph_skips"])
-        result.cudagraph_captures = _count_captures() - captures_before
+        result.cudagraph_captures = count_captures() - captures_before
         if result.cudagraph_skips:
             result.failures.append(f"capture: {result.cudagraph_skips} cudagraph skip(s)")
         if result.cudagraph_captures < len(sizes):
@@ -418,7 +352,7 @@ def _run_checks(spec: Spec, cuda: bool, steps: int, lock: Any, result: Result) -
         "p90": quantiles[-1] * 1e6,
         "n": float(len(times)),
     }
-    copies, kernels, names = _copy_kernels(prof, cuda)
+    copies, kernels, names = copy_kernels(prof, cuda)
     result.copies_per_step = copies / PROFILED_STEPS
     result.kernels_per_step = kernels / PROFILED_STEPS
     result.copy_names = names
