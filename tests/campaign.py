@@ -389,9 +389,12 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
             tally.add("inductor_crash_fxrewrite_wrong", program, dynamic, problem)
         else:
             tally.add("both_wrong", program, dynamic)
-        # Copies compare only where both compiled and ran: a crash has no
-        # code, and its 0 copies are not fewer than ours.
+        # Copies compare only where both compiled, ran and are right: a
+        # crash has no code, and its 0 copies are not fewer than ours; a
+        # wrong program's copies are no measure (Inductor alone can copy
+        # less by losing a value: docs/campaign-more-copies.md, seed 65536).
         both_ran = "result" in ours and "result" in theirs
+        comparable = both_ran and problem is None and alone is None
         held = any(d.cause == "unattributed_sharing" for r in reports for d in r.decisions)
         if held:
             same = (
@@ -401,10 +404,10 @@ def judge_installs(program: Program, v2: bool, dynamic: bool, tallies: dict[str,
             )
             if not same:
                 tally.add("held_back_differs", program, dynamic, f"ours: {problem}\nalone: {alone}")
-        if both_ran:
+        if comparable:
             tally.counts["copies_fxrewrite"] += our_copies.total
             tally.counts["copies_inductor"] += their_copies.total
-        if both_ran and (our_copies.total > their_copies.total or our_copies.bytes > their_copies.bytes):
+        if comparable and (our_copies.total > their_copies.total or our_copies.bytes > their_copies.bytes):
             tally.add(
                 "more_copies",
                 program,

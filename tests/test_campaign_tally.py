@@ -1,7 +1,9 @@
 """The campaign's tally (``tests/campaign.py`` ``judge_installs``) on
 programs whose answers are known: a crash of Inductor alone is a fix, not
-fewer copies than ours (it has no code), and where both compile, more copies
-(kernels or bytes) in our code than in Inductor's is counted."""
+fewer copies than ours (it has no code), and so is a wrong result of
+Inductor alone (a wrong program's copies are no measure); where both compile
+and are right, more copies (kernels or bytes) in our code than in
+Inductor's is counted."""
 
 from __future__ import annotations
 
@@ -47,6 +49,18 @@ ONE_COPY_MORE = Program(
 )
 
 
+#: Inductor alone returns a later value (remove_noop_ops deletes the clone,
+#: reinplace then writes into it) with 2 copies; fxrewrite is right with 3
+#: (docs/campaign-more-copies.md, seed 65536, shrunk).
+INDUCTOR_ALONE_WRONG = Program(
+    shapes=((2, 4, 8),),
+    steps=(("scale_", 0, 2.0), ("clone", 0), ("scale_", 0, 2.0)),
+    outputs=(("direct", 1),),
+    seed=0,
+    input_layouts=(),
+)
+
+
 def _tally(program: Program, v2: bool, install: str) -> campaign.Tally:
     tallies = {install: campaign.Tally()}
     campaign.judge_installs(program, v2, False, tallies)
@@ -63,3 +77,9 @@ def test_more_copies_where_both_compile_are_counted() -> None:
     t = _tally(ONE_COPY_MORE, True, "full")
     assert (t.counts["right"], t.counts["fixes"], t.counts["more_copies"]) == (1, 0, 1)
     assert (t.counts["copies_fxrewrite"], t.counts["copies_inductor"]) == (2, 3)
+
+
+def test_a_wrong_result_of_inductor_alone_is_a_fix_not_fewer_copies() -> None:
+    t = _tally(INDUCTOR_ALONE_WRONG, True, "full")
+    assert (t.counts["right"], t.counts["fixes"], t.counts["more_copies"]) == (1, 1, 0)
+    assert (t.counts["copies_fxrewrite"], t.counts["copies_inductor"]) == (0, 0)
