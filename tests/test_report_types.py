@@ -105,6 +105,9 @@ def test_entries_are_frozen_and_copies_change_only_what_they_name() -> None:
         k: v for k, v in d.to_dict().items() if k != "clones"
     }
     assert e != d and pickle.loads(pickle.dumps(e)) == e
+    # By value, like the frozen dataclasses they replace: equal ones hash alike.
+    assert len({d, Decision("af", "ns::op", "v2", "none", "cloned", moved=["a"], clones=[note]), e}) == 2
+    assert hash(note.with_live_facts()) == hash(note)
 
 
 def test_a_report_with_an_error_and_timings_is_json() -> None:

@@ -153,7 +153,7 @@ pub enum Edit {
 }
 
 /// What happened to one auto_functionalized node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Rewritten into an in-place call with no copy.
@@ -186,7 +186,7 @@ impl Action {
 }
 
 /// Why a node was left alone, in the kinds a caller acts on differently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeftCause {
     /// The engine cannot rewrite it safely; the reason says why.
@@ -240,7 +240,7 @@ pub fn report_vocabulary() -> [(&'static str, Vec<&'static str>); 3] {
 }
 
 /// One clone the plan keeps, and why it is needed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct CloneNote {
     /// The written argument (`out`, `xs[1]`, or a v2 base `_all_bases[0]`).
     pub arg: String,
@@ -264,7 +264,7 @@ pub struct CloneNote {
 }
 
 /// The decision for one auto_functionalized node.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct NodeReport {
     /// The node's name.
     pub node: String,

@@ -5,6 +5,8 @@
 //! (`fxrewrite.report.Report`) adds the pass's outcome (timings, error) and
 //! the presentation (summary, totals, JSON).
 //!
+//! Like the frozen dataclasses they replace, they compare and hash by value.
+//!
 //! Python builds values of these classes too (tests, and the pass adding
 //! what only the live graph knows): the constructors check the names of
 //! `form`, `rule`, `action` and `cause` against the engine's, so a report
@@ -23,9 +25,10 @@ use crate::plan::{Action, CloneNote, LeftCause, NodeReport};
     module = "fxrewrite._core",
     frozen,
     eq,
+    hash,
     from_py_object
 )]
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct PyCloneNote(CloneNote);
 
 #[pymethods]
@@ -178,8 +181,8 @@ fn repr_of(text: Option<impl AsRef<str>>) -> String {
 }
 
 /// What happened to one auto_functionalized node.
-#[pyclass(name = "Decision", module = "fxrewrite._core", frozen, eq)]
-#[derive(PartialEq)]
+#[pyclass(name = "Decision", module = "fxrewrite._core", frozen, eq, hash)]
+#[derive(PartialEq, Eq, Hash)]
 pub(super) struct PyDecision(NodeReport);
 
 /// `value`, named by `field` of a report, if the engine knows the name.
