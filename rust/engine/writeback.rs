@@ -233,7 +233,7 @@ impl Context<'_> {
     /// Gives the views between `n` and its anchor (not walked yet) the
     /// links the walk will give them, so that geometries through them
     /// resolve now.
-    pub(super) fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
         let mut chain = Vec::new();
         let mut cur = n;
         while self.pos.of(cur) > p {
