@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import campaign
 from randprog import Program
+from test_copy_counts import SNAPSHOT_OF_A_WRITTEN_INPUT
 
 #: Inductor alone fails to lower it (an ``as_strided`` of a computed value);
 #: the one line rewrites it with one clone (found by the campaign, seeds
@@ -52,13 +53,7 @@ ONE_COPY_MORE = Program(
 #: Inductor alone returns a later value (remove_noop_ops deletes the clone,
 #: reinplace then writes into it) with 2 copies; fxrewrite is right with 3
 #: (docs/campaign-more-copies.md, seed 65536, shrunk).
-INDUCTOR_ALONE_WRONG = Program(
-    shapes=((2, 4, 8),),
-    steps=(("scale_", 0, 2.0), ("clone", 0), ("scale_", 0, 2.0)),
-    outputs=(("direct", 1),),
-    seed=0,
-    input_layouts=(),
-)
+INDUCTOR_ALONE_WRONG = SNAPSHOT_OF_A_WRITTEN_INPUT
 
 
 def _tally(program: Program, v2: bool, install: str) -> campaign.Tally:
