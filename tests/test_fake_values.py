@@ -98,7 +98,9 @@ def _view_calls(draw: st.DrawFn) -> tuple[torch.Tensor, Any, tuple[Any, ...]]:
     return t.contiguous(), aten.view.dtype, (torch.int32,)
 
 
-@settings(max_examples=300, deadline=None)
+# Fixed cases (derandomize, no example database): a red CI always means a
+# change broke something, never a newly drawn case.
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(_view_calls())
 def test_meta_kernel_shortcut_gives_what_fake_propagation_gives(call):
     real, target, rest = call
