@@ -85,13 +85,16 @@ def rewrite_tracking_changes(
     }
     unattributed = [d for d in report.left if d.cause == "unattributed_sharing"]
     for d in report.left:
-        level = logging.INFO if d in unattributed or d.cause == "requested" else logging.WARNING
+        # By cause, not by membership in ``unattributed``: a held-back graph
+        # leaves every call, and a list search per call is quadratic.
+        level = logging.INFO if d.cause in ("unattributed_sharing", "requested") else logging.WARNING
         log.log(level, "fxrewrite left %s (%s) for Inductor: %s", d.node, d.op, d.reason)
     if unattributed:
         _warn_once_about_the_pre_pass(unattributed)
     # DEBUG: the pass logs its own one INFO line per graph (with the
     # process and graph), and a direct call has the report in hand.
-    log.debug("%s", report.summary())
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s", report.summary())
     return report, changed
 
 
