@@ -124,17 +124,10 @@ mod tests {
     use super::super::tests::{only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{add, n, neg, B};
-    use crate::plan::Edit;
     use crate::plan::{Action, Plan};
 
     fn realized(p: &Plan) -> Vec<NodeId> {
-        p.edits
-            .iter()
-            .filter_map(|e| match e {
-                Edit::Realize { node } => Some(*node),
-                _ => None,
-            })
-            .collect()
+        p.realized_nodes().collect()
     }
 
     #[test]

@@ -349,6 +349,17 @@ pub struct Plan {
     pub report: Report,
 }
 
+impl Plan {
+    /// The nodes the plan marks to be computed where they stand
+    /// ([`Edit::Realize`]), in plan order.
+    pub fn realized_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.edits.iter().filter_map(|e| match e {
+            Edit::Realize { node } => Some(*node),
+            _ => None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
