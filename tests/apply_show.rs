@@ -7,6 +7,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::actions;
 use fxrewrite::ir::show::to_fx_text;
@@ -97,9 +98,7 @@ fn internal(r: fxrewrite::Result<Graph>) -> String {
 #[test]
 fn v2_write_into_empty_buffer_becomes_an_in_place_call() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
     let af = rms_v2(&mut b, buf, x, w);
     b.g.nodes[af.idx()].source = Some("model.py:12: rms(out, x, w)".into());
     let g1 = b.getitem(af, 1);
@@ -365,23 +364,7 @@ fn v2_slices_are_regenerated_with_fx_names() {
     let mut b = B::new();
     let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
-    let af = b.af(
-        true,
-        &foreach_op(),
-        vec![
-            ("_xs_length", Value::Int(2)),
-            ("_xs_0_base_index", Value::Int(0)),
-            ("_xs_0_slice_dim", Value::Int(0)),
-            ("_xs_0_slice_start", Value::Int(0)),
-            ("_xs_0_slice_end", Value::Int(2)),
-            ("_xs_1_base_index", Value::Int(0)),
-            ("_xs_1_slice_dim", Value::Int(0)),
-            ("_xs_1_slice_start", Value::Int(2)),
-            ("_xs_1_slice_end", Value::Int(4)),
-            ("w", n(w)),
-            ("_all_bases", nodes(&[buf])),
-        ],
-    );
+    let af = foreach_v2_two_row_slices(&mut b, buf, w, 2, 4);
     let nb = b.getitem(af, 1);
     let g = b.output(&[nb]);
     let (_, out) = applied(&g);
@@ -455,9 +438,7 @@ fn several_returns_get_new_getitems() {
 #[test]
 fn left_nodes_stay() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
     let af = rms_v2(&mut b, buf, x, w);
     let g = b.output(&[af]);
     let (p, out) = applied(&g);

@@ -10,6 +10,7 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::plans::*;
 use fxrewrite::plan::{PlanArg, ValueRef};
 use fxrewrite::Action;
@@ -19,15 +20,10 @@ use fxrewrite::Action;
 #[test]
 fn three_chained_v2_mutations_of_one_buffer() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
-    let af1 = rms_v2(&mut b, buf, x, w);
-    let g1 = b.getitem(af1, 1);
-    let af2 = rms_v2(&mut b, g1, x, w);
-    let g2 = b.getitem(af2, 1);
-    let af3 = rms_v2(&mut b, g2, x, w);
-    let g3 = b.getitem(af3, 1);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, buf, x, w);
+    let (_, g2) = rms_v2_result(&mut b, g1, x, w);
+    let (_, g3) = rms_v2_result(&mut b, g2, x, w);
     let g = b.output(&[g3]);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced; 3]);
@@ -45,13 +41,9 @@ fn chained_mutation_with_old_value_read_at_the_end_clones_once() {
     // buf -> af1 -> g1 -> af2 -> g2, and the output also returns g1: the
     // second call must not overwrite g1's value in place.
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
-    let af1 = rms_v2(&mut b, buf, x, w);
-    let g1 = b.getitem(af1, 1);
-    let af2 = rms_v2(&mut b, g1, x, w);
-    let g2 = b.getitem(af2, 1);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, buf, x, w);
+    let (_, g2) = rms_v2_result(&mut b, g1, x, w);
     let g = b.output(&[g1, g2]);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced, Action::Cloned]);

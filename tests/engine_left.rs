@@ -11,6 +11,7 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
 use fxrewrite::ir::{Graph, Node, NodeId, OpCode, TargetId, TargetKind, Value};
@@ -20,9 +21,7 @@ use fxrewrite::{plan, Action, Error};
 
 fn v2_with_extra(key: &str, val: Value) -> Graph {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
     let af = b.v2(
         &rms_op(),
         vec![
@@ -60,9 +59,7 @@ fn v2_already_processed_by_inductor_is_left() {
 fn v1_unknown_or_processed_kwargs_are_left() {
     for key in ["_foo", "_only_clone_these_tensors"] {
         let mut b = B::new();
-        let x = b.input("x", Some(meta(&[4, 8])));
-        let w = b.input("w", Some(meta(&[8])));
-        let buf = b.empty(&[4, 8]);
+        let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
         let af = b.v1(
             &rms_op(),
             vec![
@@ -85,9 +82,7 @@ fn v1_unknown_or_processed_kwargs_are_left() {
 #[test]
 fn af_result_used_directly_is_left() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
     let af = rms_v2(&mut b, buf, x, w);
     let g = b.output(&[af]);
     let p = planned(&g);

@@ -11,11 +11,21 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
-use fxrewrite::ir::Value;
+use fxrewrite::ir::{NodeId, Value};
 use fxrewrite::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 use fxrewrite::{Action, Edit};
+
+/// The written buffers of the list and multi-output operators: input `w`
+/// `[8]` and two fresh `[4, 8]` buffers.
+fn two_empty_buffers(b: &mut B) -> (NodeId, [NodeId; 2]) {
+    let w = b.input("w", Some(meta(&[8])));
+    let b0 = b.empty(&[4, 8]);
+    let b1 = b.empty(&[4, 8]);
+    (w, [b0, b1])
+}
 
 // ----- 10: out= operators ------------------------------------------------------------
 
@@ -147,9 +157,7 @@ fn optional_written_arg_none() {
 #[test]
 fn v1_written_tensor_list() {
     let mut b = B::new();
-    let w = b.input("w", Some(meta(&[8])));
-    let b0 = b.empty(&[4, 8]);
-    let b1 = b.empty(&[4, 8]);
+    let (w, [b0, b1]) = two_empty_buffers(&mut b);
     let af = b.v1(&foreach_op(), vec![("xs", nodes(&[b0, b1])), ("w", n(w))]);
     let list = b.getitem(af, 1);
     let l0 = b.getitem(list, 0);
@@ -161,21 +169,13 @@ fn v1_written_tensor_list() {
     assert_eq!(replaced_with(&p, l1), Some(ValueRef::Old(b1)));
     assert!(erased(&p, l0) && erased(&p, l1) && erased(&p, list) && erased(&p, af));
     let calls = inserted_calls(&p);
-    assert_eq!(
-        calls[0].1[0],
-        PlanArg::List(vec![
-            PlanArg::Ref(ValueRef::Old(b0)),
-            PlanArg::Ref(ValueRef::Old(b1))
-        ])
-    );
+    assert_eq!(calls[0].1[0], old_list(&[b0, b1]));
 }
 
 #[test]
 fn v1_written_list_used_whole_is_left() {
     let mut b = B::new();
-    let w = b.input("w", Some(meta(&[8])));
-    let b0 = b.empty(&[4, 8]);
-    let b1 = b.empty(&[4, 8]);
+    let (w, [b0, b1]) = two_empty_buffers(&mut b);
     let af = b.v1(&foreach_op(), vec![("xs", nodes(&[b0, b1])), ("w", n(w))]);
     let list = b.getitem(af, 1);
     let g = b.output(&[list]);
@@ -187,9 +187,7 @@ fn v1_written_list_used_whole_is_left() {
 #[test]
 fn v2_written_tensor_list_of_two_bases() {
     let mut b = B::new();
-    let w = b.input("w", Some(meta(&[8])));
-    let b0 = b.empty(&[4, 8]);
-    let b1 = b.empty(&[4, 8]);
+    let (w, [b0, b1]) = two_empty_buffers(&mut b);
     let af = b.v2(
         &foreach_op(),
         vec![
@@ -208,13 +206,7 @@ fn v2_written_tensor_list_of_two_bases() {
     assert_eq!(replaced_with(&p, n0), Some(ValueRef::Old(b0)));
     assert_eq!(replaced_with(&p, n1), Some(ValueRef::Old(b1)));
     let calls = inserted_calls(&p);
-    assert_eq!(
-        calls[0].1[0],
-        PlanArg::List(vec![
-            PlanArg::Ref(ValueRef::Old(b0)),
-            PlanArg::Ref(ValueRef::Old(b1))
-        ])
-    );
+    assert_eq!(calls[0].1[0], old_list(&[b0, b1]));
 }
 
 #[test]
@@ -222,22 +214,7 @@ fn v2_written_list_of_slices_of_one_base() {
     let mut b = B::new();
     let w = b.input("w", Some(meta(&[8])));
     let buf = b.empty(&[4, 8]);
-    let af = b.v2(
-        &foreach_op(),
-        vec![
-            ("_xs_length", Value::Int(2)),
-            ("_xs_0_base_index", Value::Int(0)),
-            ("_xs_0_slice_dim", Value::Int(0)),
-            ("_xs_0_slice_start", Value::Int(0)),
-            ("_xs_0_slice_end", Value::Int(2)),
-            ("_xs_1_base_index", Value::Int(0)),
-            ("_xs_1_slice_dim", Value::Int(0)),
-            ("_xs_1_slice_start", Value::Int(2)),
-            ("_xs_1_slice_end", Value::Int(4)),
-            ("w", n(w)),
-            ("_all_bases", nodes(&[buf])),
-        ],
-    );
+    let af = foreach_v2_two_row_slices(&mut b, buf, w, 2, 4);
     let nb = b.getitem(af, 1);
     let g = b.output(&[nb]);
     let p = planned(&g);
@@ -282,9 +259,7 @@ fn v2_written_list_of_slices_of_one_base() {
 fn op_with_a_return_value_shifts_result_indices() {
     for v2 in [true, false] {
         let mut b = B::new();
-        let w = b.input("w", Some(meta(&[8])));
-        let xb = b.empty(&[4, 8]);
-        let rb = b.empty(&[4, 8]);
+        let (w, [xb, rb]) = two_empty_buffers(&mut b);
         let af = if v2 {
             b.v2(
                 &add_rms_op(),

@@ -46,6 +46,7 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
 use fxrewrite::ir::{Graph, NodeId, OpCode, TargetKind, TensorMeta, Value};
@@ -54,6 +55,51 @@ use fxrewrite::{plan, Action, Edit};
 
 // ----- 14: regressions: patterns the random graphs once avoided ---------------
 
+/// The strided, offset buffer of bugs 3 and 4 with metadata: [`mm_buffer`]'s
+/// `mm` and its slice of columns 2..8 (strides `[8, 1]`, offset 2), given
+/// `layout`, as `(the mm and its inputs, the slice)`.
+fn offset_slice_of_an_mm(b: &mut B, layout: &TensorMeta) -> (MmBuf, NodeId) {
+    let mm = mm_buffer(b);
+    let sl = b.call_meta(
+        &slice_op(),
+        vec![n(mm.buf), Value::Int(1), Value::Int(2), Value::Int(8)],
+        Some(layout.clone()),
+    );
+    (mm, sl)
+}
+
+/// A `[4, 24]` mm compiled with dynamic shapes (layout symbolic, offset 0)
+/// and what a v1 `rms` on a `width`-column view of it reads: `x`
+/// `[4, width]` and `w` `[width]`, as `(mm, [x, w])`.
+fn symbolic_mm(b: &mut B, width: i64) -> (NodeId, [NodeId; 2]) {
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 24])));
+    let x = b.input("x", Some(meta(&[4, width])));
+    let w = b.input("w", Some(meta(&[width])));
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(symbolic_meta(2, Some(0))));
+    (mm, [x, w])
+}
+
+/// The inputs of the writes into an empty slice of an mm: `a` `[4, 8]`, `m`
+/// `[8, 8]`, `x` `[4, 0]` and `w` `[0]` (what an empty write reads), and
+/// `mm = a @ m` `[4, 8]`, whose old value the test reads after the call.
+struct EmptyWrite {
+    a: NodeId,
+    m: NodeId,
+    x: NodeId,
+    w: NodeId,
+    mm: NodeId,
+}
+
+fn empty_write(b: &mut B) -> EmptyWrite {
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 8])));
+    let x = b.input("x", Some(meta(&[4, 0])));
+    let w = b.input("w", Some(meta(&[0])));
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    EmptyWrite { a, m, x, w, mm }
+}
+
 /// Bug 1: x is written twice and written back with the second value, and
 /// the first (intermediate) value is also returned. Re-inplacing the first
 /// call would leave that value in x's memory, which the `copy_` write-back
@@ -61,13 +107,9 @@ use fxrewrite::{plan, Action, Edit};
 #[test]
 fn intermediate_value_of_a_written_back_input_returned_is_cloned() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let y = b.input("y", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let af1 = rms_v2(&mut b, x, y, w);
-    let g1 = b.getitem(af1, 1);
-    let af2 = rms_v2(&mut b, g1, y, w);
-    let g2 = b.getitem(af2, 1);
+    let InputBuf { x, y, w } = input_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, x, y, w);
+    let (_, g2) = rms_v2_result(&mut b, g1, y, w);
     let copy = b.call(&copy_op(), vec![n(x), n(g2)]);
     let g = b.output(&[g1, g2]);
     let p = planned(&g);
@@ -110,11 +152,8 @@ fn intermediate_value_of_a_written_back_input_returned_is_cloned() {
 #[test]
 fn result_in_an_input_overwritten_by_an_unrelated_write_back_is_cloned() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let y = b.input("y", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let af1 = rms_v2(&mut b, x, y, w);
-    let g1 = b.getitem(af1, 1);
+    let InputBuf { x, y, w } = input_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, x, y, w);
     let copy = b.call(&copy_op(), vec![n(x), n(y)]);
     let g = b.output(&[g1]);
     let p = planned(&g);
@@ -159,13 +198,9 @@ fn result_in_an_input_overwritten_by_an_unrelated_write_back_is_cloned() {
 #[test]
 fn final_value_of_a_written_back_input_returned_is_not_cloned() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let y = b.input("y", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let af1 = rms_v2(&mut b, x, y, w);
-    let g1 = b.getitem(af1, 1);
-    let af2 = rms_v2(&mut b, g1, y, w);
-    let g2 = b.getitem(af2, 1);
+    let InputBuf { x, y, w } = input_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, x, y, w);
+    let (_, g2) = rms_v2_result(&mut b, g1, y, w);
     let copy = b.call(&copy_op(), vec![n(x), n(g2)]);
     let g = b.output(&[g2]);
     let p = planned(&g);
@@ -184,12 +219,8 @@ fn final_value_of_a_written_back_input_returned_is_not_cloned() {
 fn split_of_the_old_value_after_the_call_moves_with_its_readers() {
     for direct in [false, true] {
         let mut b = B::new();
-        let a = b.input("a", Some(meta(&[4, 8])));
-        let m = b.input("m", Some(meta(&[8, 8])));
-        let w = b.input("w", Some(meta(&[8])));
-        let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-        let af = rms_v2(&mut b, buf, a, w);
-        let g1 = b.getitem(af, 1);
+        let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+        let (af, g1) = rms_v2_result(&mut b, buf, a, w);
         let sp = b.call(
             &split_with_sizes_op(),
             vec![n(buf), ints(&[2, 2, 4]), Value::Int(-1)],
@@ -232,32 +263,12 @@ fn split_of_the_old_value_after_the_call_moves_with_its_readers() {
 fn clone_of_an_offset_buffer_keeps_its_layout_for_later_as_strided_views() {
     let layout = strided_meta(&[4, 6], &[8, 1], 2);
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let sl = b.call_meta(
-        &slice_op(),
-        vec![n(mm), Value::Int(1), Value::Int(2), Value::Int(8)],
-        Some(layout.clone()),
-    );
-    let af1 = rms_v2(&mut b, sl, a, w);
-    let g1 = b.getitem(af1, 1);
+    let (MmBuf { a, w, buf: mm, .. }, sl) = offset_slice_of_an_mm(&mut b, &layout);
+    let (_, g1) = rms_v2_result(&mut b, sl, a, w);
     b.g.nodes[g1.idx()].meta = Some(layout.clone());
     // Elements 11..14 and 19..22 of the storage: rows 1-2, columns 3-5,
     // inside the slice.
-    let af2 = b.v2(
-        &rms_op(),
-        vec![
-            ("_out_base_index", Value::Int(0)),
-            ("_out_size", ints(&[2, 3])),
-            ("_out_stride", ints(&[8, 1])),
-            ("_out_storage_offset", Value::Int(11)),
-            ("x", n(a)),
-            ("w", n(w)),
-            ("_all_bases", nodes(&[g1])),
-        ],
-    );
+    let af2 = rms_v2_as_strided(&mut b, g1, a, w, &[2, 3], &[8, 1], 11);
     let g2 = b.getitem(af2, 1);
     b.g.nodes[g2.idx()].meta = Some(layout);
     let g = b.output(&[g2, mm]);
@@ -354,27 +365,8 @@ fn clone_of_an_offset_buffer_keeps_its_layout_for_later_as_strided_views() {
 fn offset_buffer_with_as_strided_view_info_cloned_with_its_layout() {
     let layout = strided_meta(&[4, 6], &[8, 1], 2);
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let sl = b.call_meta(
-        &slice_op(),
-        vec![n(mm), Value::Int(1), Value::Int(2), Value::Int(8)],
-        Some(layout.clone()),
-    );
-    let af = b.v2(
-        &rms_op(),
-        vec![
-            ("_out_base_index", Value::Int(0)),
-            ("_out_size", ints(&[2, 3])),
-            ("_out_stride", ints(&[8, 1])),
-            ("_out_storage_offset", Value::Int(11)),
-            ("x", n(a)),
-            ("w", n(w)),
-            ("_all_bases", nodes(&[sl])),
-        ],
-    );
+    let (MmBuf { a, w, .. }, sl) = offset_slice_of_an_mm(&mut b, &layout);
+    let af = rms_v2_as_strided(&mut b, sl, a, w, &[2, 3], &[8, 1], 11);
     let g1 = b.getitem(af, 1);
     b.g.nodes[g1.idx()].meta = Some(layout);
     let g = b.output(&[g1, sl]);
@@ -397,11 +389,7 @@ fn offset_buffer_with_as_strided_view_info_cloned_with_its_layout() {
 fn write_into_an_empty_slice_needs_no_clone() {
     for v2 in [false, true] {
         let mut b = B::new();
-        let a = b.input("a", Some(meta(&[4, 8])));
-        let m = b.input("m", Some(meta(&[8, 8])));
-        let x = b.input("x", Some(meta(&[4, 0])));
-        let w = b.input("w", Some(meta(&[0])));
-        let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+        let EmptyWrite { x, w, mm, .. } = empty_write(&mut b);
         let af = if v2 {
             b.v2(
                 &rms_op(),
@@ -444,11 +432,7 @@ fn write_into_an_empty_slice_needs_no_clone() {
 /// SymInt nodes, or the start plus 1) still clone.
 #[test]
 fn write_into_a_slice_with_equal_symbolic_bounds_needs_no_clone() {
-    let sym_size = op(
-        "aten::sym_size.int",
-        vec![arg("self", Tensor, ""), arg("dim", Other, "")],
-        vec![ret(Other, "")],
-    );
+    let sym_size = sym_size_op();
     for (end_kind, empty) in [
         ("plus_zero", true),
         ("same", true),
@@ -458,11 +442,7 @@ fn write_into_a_slice_with_equal_symbolic_bounds_needs_no_clone() {
         ("plus_one", false),
     ] {
         let mut b = B::new();
-        let a = b.input("a", Some(meta(&[4, 8])));
-        let m = b.input("m", Some(meta(&[8, 8])));
-        let x = b.input("x", Some(meta(&[4, 0])));
-        let w = b.input("w", Some(meta(&[0])));
-        let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+        let EmptyWrite { a, m, x, w, mm } = empty_write(&mut b);
         // start = 4 at run time (the size of dim 0).
         let start = b.call(&sym_size, vec![n(mm), Value::Int(0)]);
         let arith = |b: &mut B, name: &str, args: Vec<Value>| {
@@ -510,17 +490,7 @@ fn write_into_a_slice_with_equal_symbolic_bounds_needs_no_clone() {
 /// element, so it is written in place like Inductor does, not cloned.
 #[test]
 fn write_into_an_empty_overlapping_view_of_an_input_is_in_place() {
-    let expand = Op {
-        name: "aten::expand.default",
-        schema: schema(
-            vec![
-                arg("self", Tensor, "a"),
-                arg("size", Other, ""),
-                kwarg_only("implicit", Other, ""),
-            ],
-            vec![ret(Tensor, "a")],
-        ),
-    };
+    let expand = expand_op();
     let mut b = B::new();
     let x = b.input("x", Some(meta(&[4, 8])));
     let y = b.input("y", Some(meta(&[2, 4, 0])));
@@ -553,11 +523,7 @@ fn write_into_an_empty_overlapping_view_of_an_input_is_in_place() {
 #[test]
 fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 24])));
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(symbolic_meta(2, Some(0))));
+    let (mm, [x, w]) = symbolic_mm(&mut b, 8);
     let sl = b.call_meta(
         &slice_op(),
         vec![n(mm), Value::Int(1), Value::Int(8), Value::Int(16)],
@@ -620,11 +586,7 @@ fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
 #[test]
 fn a_split_item_with_a_symbolic_offset_is_cut_again_from_a_copy_of_the_split_source() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 24])));
-    let x = b.input("x", Some(meta(&[4, 4])));
-    let w = b.input("w", Some(meta(&[4])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(symbolic_meta(2, Some(0))));
+    let (mm, [x, w]) = symbolic_mm(&mut b, 4);
     let split = b.call_meta(
         &split_with_sizes_op(),
         vec![n(mm), ints(&[4, 4]), Value::Int(1)],
@@ -698,32 +660,13 @@ fn symbolic_offset_without_a_static_view_source_is_left() {
 fn later_read_of_the_untouched_v_of_a_split_qkv_keeps_q_and_k_reinplaced() {
     for (late, read) in [(false, 2), (true, 2), (false, 0)] {
         let mut b = B::new();
-        let a = b.input("a", Some(meta(&[3, 8])));
-        let wq = b.input("wqkv", Some(meta(&[8, 16])));
-        let cos = b.input("cos", Some(meta(&[3, 4])));
-        let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])));
-        let split = b.call(
-            &split_with_sizes_op(),
-            vec![n(mm), ints(&[4, 4, 8]), Value::Int(-1)],
-        );
-        let q = b.getitem(split, 0);
-        let k = b.getitem(split, 1);
-        b.g.nodes[q.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 0));
-        b.g.nodes[k.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 4));
+        let qkv = split_qkv(&mut b);
+        qkv.with_column_layouts(&mut b);
+        let Qkv {
+            mm, split, q, k, ..
+        } = qkv;
         let early = (!late && read == 2).then(|| b.getitem(split, 2));
-        let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
-        let g1 = b.getitem(af, 1);
-        let g2 = b.getitem(af, 2);
-        let s1 = b.call_meta(
-            &slice_scatter_op(),
-            vec![n(mm), n(g1), Value::Int(1), Value::Int(0), Value::Int(4)],
-            Some(meta(&[3, 16])),
-        );
-        let s2 = b.call_meta(
-            &slice_scatter_op(),
-            vec![n(s1), n(g2), Value::Int(1), Value::Int(4), Value::Int(8)],
-            Some(meta(&[3, 16])),
-        );
+        let RotScatters { g1, g2, s2, .. } = rot_v1_scattered(&mut b, &qkv, (4, 8));
         let v = match (early, read) {
             (Some(v), _) => v,
             (None, 2) => b.getitem(split, 2),
@@ -836,9 +779,7 @@ fn buffer_without_metadata_is_left_rather_than_cloned_with_a_guessed_layout() {
 fn write_back_of_the_inputs_own_old_value_is_cloned() {
     for through_view in [true, false] {
         let mut b = B::new();
-        let x = b.input("x", Some(meta(&[4, 8])));
-        let y = b.input("y", Some(meta(&[4, 8])));
-        let w = b.input("w", Some(meta(&[8])));
+        let InputBuf { x, y, w } = input_buffer(&mut b);
         let v = if through_view {
             b.call_meta(
                 &slice_op(),
@@ -848,8 +789,7 @@ fn write_back_of_the_inputs_own_old_value_is_cloned() {
         } else {
             x
         };
-        let af = rms_v2(&mut b, x, y, w);
-        let g1 = b.getitem(af, 1);
+        let (_, g1) = rms_v2_result(&mut b, x, y, w);
         // The new value is used before the write-back only.
         let r = b.call(&mul_op(), vec![n(g1), n(g1)]);
         let copy = b.call(&copy_op(), vec![n(x), n(v)]);

@@ -12,6 +12,7 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
 use fxrewrite::ir::{Graph, NodeId, TensorMeta, Value};
@@ -23,29 +24,9 @@ use fxrewrite::{Action, Form};
 #[test]
 fn v1_rotary_on_split_qkv_removes_both_scatters() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[3, 8])));
-    let wq = b.input("wqkv", Some(meta(&[8, 16])));
-    let cos = b.input("cos", Some(meta(&[3, 4])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])));
-    let split = b.call(
-        &split_with_sizes_op(),
-        vec![n(mm), ints(&[4, 4, 8]), Value::Int(-1)],
-    );
-    let q = b.getitem(split, 0);
-    let k = b.getitem(split, 1);
-    let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
-    let g1 = b.getitem(af, 1);
-    let g2 = b.getitem(af, 2);
-    let s1 = b.call_meta(
-        &slice_scatter_op(),
-        vec![n(mm), n(g1), Value::Int(1), Value::Int(0), Value::Int(4)],
-        Some(meta(&[3, 16])),
-    );
-    let s2 = b.call_meta(
-        &slice_scatter_op(),
-        vec![n(s1), n(g2), Value::Int(1), Value::Int(4), Value::Int(8)],
-        Some(meta(&[3, 16])),
-    );
+    let qkv = split_qkv(&mut b);
+    let Qkv { mm, q, k, .. } = qkv;
+    let RotScatters { af, g1, g2, s1, s2 } = rot_v1_scattered(&mut b, &qkv, (4, 8));
     let r = b.call(&add_op(), vec![n(s2), n(s2)]);
     let g = b.output(&[r]);
     let p = planned(&g);
@@ -74,16 +55,7 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
 /// place, not held back for sharing (issue 30).
 #[test]
 fn v1_rotary_on_head_views_of_split_qkv_with_a_symbolic_token_count_is_rewritten() {
-    let sym_size = op(
-        "aten::sym_size.int",
-        vec![arg("self", Tensor, ""), arg("dim", Other, "")],
-        vec![ret(Other, "")],
-    );
-    let view = op(
-        "aten::view.default",
-        vec![arg("self", Tensor, "a"), arg("size", Other, "")],
-        vec![ret(Tensor, "a")],
-    );
+    let (sym_size, view) = (sym_size_op(), view_op());
     // Symbolic layouts: no static shape or stride in the metadata.
     let symbolic = |rank: u32| TensorMeta {
         shape: None,
@@ -128,31 +100,9 @@ fn v1_rotary_scatter_with_other_bounds_is_kept() {
     // The second scatter puts k's new value somewhere else than where k was
     // cut from: not a pure write-back, so no scatter can be dropped.
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[3, 8])));
-    let wq = b.input("wqkv", Some(meta(&[8, 16])));
-    let cos = b.input("cos", Some(meta(&[3, 4])));
-    let mm = b.call_meta(&mm_op(), vec![n(a), n(wq)], Some(meta(&[3, 16])));
-    let split = b.call(
-        &split_with_sizes_op(),
-        vec![n(mm), ints(&[4, 4, 8]), Value::Int(-1)],
-    );
-    let q = b.getitem(split, 0);
-    let k = b.getitem(split, 1);
-    b.g.nodes[q.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 0));
-    b.g.nodes[k.idx()].meta = Some(strided_meta(&[3, 4], &[16, 1], 4));
-    let af = b.v1(&rot_op(), vec![("q", n(q)), ("k", n(k)), ("cos", n(cos))]);
-    let g1 = b.getitem(af, 1);
-    let g2 = b.getitem(af, 2);
-    let s1 = b.call_meta(
-        &slice_scatter_op(),
-        vec![n(mm), n(g1), Value::Int(1), Value::Int(0), Value::Int(4)],
-        Some(meta(&[3, 16])),
-    );
-    let s2 = b.call_meta(
-        &slice_scatter_op(),
-        vec![n(s1), n(g2), Value::Int(1), Value::Int(8), Value::Int(12)],
-        Some(meta(&[3, 16])),
-    );
+    let qkv = split_qkv(&mut b);
+    qkv.with_column_layouts(&mut b);
+    let RotScatters { s1, s2, .. } = rot_v1_scattered(&mut b, &qkv, (8, 12));
     let g = b.output(&[s2]);
     let p = planned(&g);
     assert_eq!(p.report.decisions.len(), 1);
@@ -373,12 +323,8 @@ fn written_buffer_also_read_keeps_or_splits_the_sharing_as_recorded() {
 #[test]
 fn later_view_of_the_old_value_read_by_the_output_forces_a_clone() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, buf, a, w);
     // A view of the old value taken after the call: moving the view alone
     // would not help, its reader (the output) still comes after the call.
     let v = b.call(

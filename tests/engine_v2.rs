@@ -13,6 +13,7 @@
 mod common;
 
 use common::builder::*;
+use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
 use fxrewrite::ir::{Graph, NodeId, Value};
@@ -24,11 +25,8 @@ use fxrewrite::{Action, Edit, Form, Plan};
 #[test]
 fn v2_write_into_empty_buffer_is_reinplaced() {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.empty(&[4, 8]);
-    let af = rms_v2(&mut b, buf, x, w);
-    let g1 = b.getitem(af, 1);
+    let EmptyBuf { x, w, buf } = empty_buffer(&mut b);
+    let (af, g1) = rms_v2_result(&mut b, buf, x, w);
     let g = b.output(&[g1]);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Reinplaced]);
@@ -67,12 +65,8 @@ fn v2_write_into_empty_buffer_is_reinplaced() {
 #[test]
 fn v2_later_pure_reader_is_moved_before_the_call() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let (af, g1) = rms_v2_result(&mut b, buf, a, w);
     // Reads the *old* value of `buf` after the call; its inputs all exist
     // before the call.
     let r = b.call(&mul_op(), vec![n(buf), n(a)]);
@@ -106,13 +100,9 @@ fn v2_later_pure_reader_is_moved_before_the_call() {
 #[test]
 fn a_reader_does_not_move_across_an_in_place_write_it_reads() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let MmBuf { a, m, w, buf } = mm_buffer(&mut b);
     let other = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let (_, g1) = rms_v2_result(&mut b, buf, a, w);
     b.call(&copy_op(), vec![n(other), n(g1)]);
     let r = b.call(&mul_op(), vec![n(buf), n(other)]);
     let g = b.output(&[g1, r]);
@@ -142,14 +132,10 @@ fn realized(p: &Plan) -> Vec<NodeId> {
 #[test]
 fn readers_before_an_in_place_write_are_realized_where_they_stand() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
     let early = b.call(&mul_op(), vec![n(buf), n(buf)]);
     let other = b.call(&mul_op(), vec![n(a), n(a)]);
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let (af, g1) = rms_v2_result(&mut b, buf, a, w);
     let moved = b.call(&mul_op(), vec![n(buf), n(a)]);
     let after = b.call(&mul_op(), vec![n(g1), n(g1)]);
     let g = b.output(&[g1, early, other, moved, after]);
@@ -166,13 +152,9 @@ fn readers_before_an_in_place_write_are_realized_where_they_stand() {
 #[test]
 fn nothing_is_realized_when_the_call_writes_a_clone() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
     let early = b.call(&mul_op(), vec![n(buf), n(buf)]);
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let (_, g1) = rms_v2_result(&mut b, buf, a, w);
     let g = b.output(&[g1, buf, early]);
     let p = planned(&g);
     assert_eq!(actions(&p), [Action::Cloned]);
@@ -182,12 +164,8 @@ fn nothing_is_realized_when_the_call_writes_a_clone() {
 #[test]
 fn v2_reader_that_cannot_move_forces_a_clone() {
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, buf, a, w);
     // The output node reads the old value: it cannot move.
     let g = b.output(&[g1, buf]);
     let p = planned(&g);
@@ -243,12 +221,8 @@ fn the_reference_interpreter_catches_a_missing_clone() {
     // The plan of the test above with the clone dropped: the call writes
     // `buf` itself while the output still reads the old value.
     let mut b = B::new();
-    let a = b.input("a", Some(meta(&[4, 8])));
-    let m = b.input("m", Some(meta(&[8, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let buf = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(meta(&[4, 8])));
-    let af = rms_v2(&mut b, buf, a, w);
-    let g1 = b.getitem(af, 1);
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, buf, a, w);
     let g = b.output(&[g1, buf]);
     let good = planned(&g);
     let mut bad = good.clone();
@@ -271,11 +245,8 @@ fn the_reference_interpreter_catches_a_missing_clone() {
 /// `rms` on graph input `x`, then optionally the `copy_(x, new)` epilogue.
 fn input_write(epilogue: bool) -> (Graph, NodeId, NodeId) {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let y = b.input("y", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
-    let af = rms_v2(&mut b, x, y, w);
-    let g1 = b.getitem(af, 1);
+    let InputBuf { x, y, w } = input_buffer(&mut b);
+    let (_, g1) = rms_v2_result(&mut b, x, y, w);
     let copy = if epilogue {
         Some(b.call(&copy_op(), vec![n(x), n(g1)]))
     } else {
@@ -305,9 +276,7 @@ fn graph_input_written_back_is_reinplaced_and_the_copy_removed() {
 /// (issue 30), so the call writes a copy; with its own result, in place.
 fn scatter_of_an_input_written_back(own: bool) -> Graph {
     let mut b = B::new();
-    let x = b.input("x", Some(meta(&[4, 8])));
-    let y = b.input("y", Some(meta(&[4, 8])));
-    let w = b.input("w", Some(meta(&[8])));
+    let InputBuf { x, y, w } = input_buffer(&mut b);
     let row = b.input("row", Some(meta(&[8])));
     let other = b.input("other", Some(meta(&[4, 8])));
     let s = b.call_meta(
@@ -315,8 +284,7 @@ fn scatter_of_an_input_written_back(own: bool) -> Graph {
         vec![n(x), n(row), Value::Int(0), Value::Int(1)],
         Some(meta(&[4, 8])),
     );
-    let af = rms_v2(&mut b, s, y, w);
-    let g1 = b.getitem(af, 1);
+    let (_, g1) = rms_v2_result(&mut b, s, y, w);
     b.call(&copy_op(), vec![n(x), n(if own { g1 } else { other })]);
     b.output(&[g1])
 }

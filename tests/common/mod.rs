@@ -2,6 +2,7 @@
 //! benches (`benches/common/`), so that each piece exists once:
 //! - [`ops`]: operator schemas as torch spells them;
 //! - [`builder`]: the graph builder ([`builder::B`]);
+//! - [`graphs`]: the graph shapes many engine tests start from;
 //! - [`random`]: the random graph generator (a proptest strategy);
 //! - [`interp`]: the reference interpreter that runs an original graph and
 //!   its planned program, so the two can be compared;
@@ -20,6 +21,7 @@
 )]
 
 pub mod builder;
+pub mod graphs;
 pub mod interp;
 pub mod ops;
 pub mod plans;

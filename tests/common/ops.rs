@@ -359,6 +359,39 @@ pub fn two_op() -> Op {
     )
 }
 
+/// `aten::sym_size.int(Tensor self, int dim) -> SymInt`: a size read at
+/// run time, under `torch.compile(dynamic=True)`.
+pub fn sym_size_op() -> Op {
+    op(
+        "aten::sym_size.int",
+        vec![arg("self", Tensor, ""), arg("dim", Other, "")],
+        vec![ret(Other, "")],
+    )
+}
+
+/// `aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)`
+pub fn view_op() -> Op {
+    op(
+        "aten::view.default",
+        vec![arg("self", Tensor, "a"), arg("size", Other, "")],
+        vec![ret(Tensor, "a")],
+    )
+}
+
+/// `aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False)
+/// -> Tensor(a)`: a view that may overlap itself.
+pub fn expand_op() -> Op {
+    op(
+        "aten::expand.default",
+        vec![
+            arg("self", Tensor, "a"),
+            arg("size", Other, ""),
+            kwarg_only("implicit", Other, ""),
+        ],
+        vec![ret(Tensor, "a")],
+    )
+}
+
 // ----- the MoE decoder of the benches (`benches/common/`) -----------------------
 
 /// `aten::embedding.default`

@@ -84,6 +84,16 @@ pub fn inserted_calls(p: &Plan) -> Vec<Call<'_>> {
         .collect()
 }
 
+/// The list of old nodes `ids` as a plan argument: what an in-place call of
+/// a list operator gets when it writes those buffers themselves.
+pub fn old_list(ids: &[NodeId]) -> PlanArg {
+    PlanArg::List(
+        ids.iter()
+            .map(|&i| PlanArg::Ref(ValueRef::Old(i)))
+            .collect(),
+    )
+}
+
 pub fn inserted_aten(p: &Plan, name: &str) -> usize {
     p.edits
         .iter()

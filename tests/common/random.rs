@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::builder::*;
+use super::graphs::foreach_v2_two_row_slices;
 use super::ops::*;
 use fxrewrite::ir::{Graph, NodeId, TargetKind, TensorMeta, Value};
 use proptest::prelude::*;
@@ -606,22 +607,7 @@ impl Gen {
                     if a.size.first().is_none_or(|&s| s < 2) {
                         return;
                     }
-                    let af = self.b.v2(
-                        &foreach_op(),
-                        vec![
-                            ("_xs_length", Value::Int(2)),
-                            ("_xs_0_base_index", Value::Int(0)),
-                            ("_xs_0_slice_dim", Value::Int(0)),
-                            ("_xs_0_slice_start", Value::Int(0)),
-                            ("_xs_0_slice_end", Value::Int(1)),
-                            ("_xs_1_base_index", Value::Int(0)),
-                            ("_xs_1_slice_dim", Value::Int(0)),
-                            ("_xs_1_slice_start", Value::Int(1)),
-                            ("_xs_1_slice_end", Value::Int(2)),
-                            ("w", n(w)),
-                            ("_all_bases", nodes(&[a.id])),
-                        ],
-                    );
+                    let af = foreach_v2_two_row_slices(&mut self.b, a.id, w, 1, 2);
                     let g1 = self.b.getitem(af, 1);
                     self.like(g1, &a);
                 }
