@@ -114,13 +114,7 @@ fn a_reader_does_not_move_across_an_in_place_write_it_reads() {
 }
 
 fn realized(p: &Plan) -> Vec<NodeId> {
-    p.edits
-        .iter()
-        .filter_map(|e| match e {
-            Edit::Realize { node } => Some(*node),
-            _ => None,
-        })
-        .collect()
+    p.realized_nodes().collect()
 }
 
 /// Inductor computes a pointwise node lazily, inside the kernel of its first
