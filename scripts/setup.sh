@@ -7,9 +7,22 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 bash scripts/install_browser.sh >/dev/null
 if [ ! -x .venv/bin/python ]; then
+    # torch from PyPI is the CUDA build: about 6 GiB installed (torch, nvidia-*, triton), and
+    # the build and test tools about 3 GiB more. Say so up front: pip's own message is only
+    # "[Errno 28] No space left on device", late in the install.
+    free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+    if [ "${free_kib:-0}" -lt $((10 * 1024 * 1024)) ]; then
+        echo "warning: $((free_kib / 1024)) MiB free here; a fresh setup needs about 10 GiB" >&2
+    fi
     "$PY" -m venv .venv
 fi
 . .venv/bin/activate
+# No pip cache: it would keep a second copy of every downloaded wheel (about 4 GiB for torch's),
+# which a one-time install never reads again. FXREWRITE_PIP_CACHE=1 keeps it (pip disables its
+# cache for any value of PIP_NO_CACHE_DIR, "0" included).
+if [ -z "${FXREWRITE_PIP_CACHE:-}" ]; then
+    export PIP_NO_CACHE_DIR=1
+fi
 python -m pip install --quiet --upgrade pip
 # torch first: it is the large download; the dev extras are the test tools.
 python -m pip install --quiet "torch>=2.13" "maturin>=1.7,<2"

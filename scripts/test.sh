@@ -4,6 +4,10 @@
 # Needs the environment of scripts/setup.sh (it sets it up when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# As in scripts/setup.sh: the wheel checks' build environments need no second copy in pip's cache.
+if [ -z "${FXREWRITE_PIP_CACHE:-}" ]; then
+    export PIP_NO_CACHE_DIR=1
+fi
 if [ ! -x .venv/bin/python ]; then
     FXREWRITE_SKIP_DEMO=1 bash scripts/setup.sh
 fi
