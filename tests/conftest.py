@@ -172,13 +172,34 @@ def v2(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """How many random programs were rejected because Inductor alone is
-    wrong on them too (tests/test_random_programs.py): never silent."""
+def _discarded_here() -> list[str]:
     import sys
 
     randprog = sys.modules.get("randprog")
-    discarded = getattr(randprog, "DISCARDED", None)
+    return list(getattr(randprog, "DISCARDED", None) or [])
+
+
+# Under pytest-xdist (scripts/test.sh runs `-n 2`) the programs are judged in
+# the workers, and the summary is printed by the controller: each worker hands
+# its list over when it finishes, through xdist's `workeroutput`.
+_FROM_WORKERS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fxrewrite_discarded"] = _discarded_here()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _FROM_WORKERS.extend(getattr(node, "workeroutput", {}).get("fxrewrite_discarded", []))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many random programs were rejected because Inductor alone is
+    wrong on them too (tests/test_random_programs.py): never silent."""
+    discarded = _discarded_here() + _FROM_WORKERS
     if not discarded:
         return
     terminalreporter.section("random programs not judged (Inductor alone is wrong too)")
