@@ -10,7 +10,10 @@ find_browser() {
 }
 if [ -z "$(find_browser)" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+        # Retries: a mirror's passing hiccup must not turn a CI run red.
+        apt-get -o Acquire::Retries=3 update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y -qq \
+                --no-install-recommends chromium >/dev/null
     else
         echo "no headless browser found; install one (apt-get install chromium) for the HTML view's browser test" >&2
     fi
