@@ -19,6 +19,24 @@ use super::Context;
 /// it writes back exactly the new values (then it can go).
 pub(super) type ScatterChain = BTreeMap<NodeId, (NodeId, bool)>;
 
+/// True when two static layouts (sizes, strides, storage offset) address
+/// the same elements in the same order: equal sizes and offsets, and equal
+/// strides on every dimension of more than one index. A size-1 dimension's
+/// stride only ever multiplies index 0, so views that differ there alone
+/// are one tensor to a copy: v1 replays a write of `x.t().reshape(-1)` on a
+/// `(1, 8)` input `x` as a view with strides `(1, 1)`, where `x` has `(8, 1)`.
+fn same_elements(a: &(Vec<i64>, Vec<i64>, i64), b: &(Vec<i64>, Vec<i64>, i64)) -> bool {
+    let ((size, sa, oa), (size_b, sb, ob)) = (a, b);
+    size == size_b
+        && oa == ob
+        && sa.len() == size.len()
+        && sb.len() == size.len()
+        && size
+            .iter()
+            .zip(sa.iter().zip(sb))
+            .all(|(&n, (x, y))| n == 1 || x == y)
+}
+
 impl Context<'_> {
     /// v1 write-back elimination: the scatters that put the new values of the
     /// re-inplaced views of class `root` back into their base. Returns the
@@ -276,20 +294,30 @@ impl Context<'_> {
         gs != self.geometry(src) && gs == gd
     }
 
+    /// True when both nodes have metadata of one dtype: a `copy_` between
+    /// two dtypes converts values, whatever the layouts.
+    fn same_dtype(&self, a: NodeId, b: NodeId) -> bool {
+        let dtype = |n: NodeId| self.graph.node(n).meta.as_ref().map(|m| m.dtype.as_str());
+        matches!((dtype(a), dtype(b)), (Some(x), Some(y)) if !x.is_empty() && x == y)
+    }
+
     pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
         let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
         if rd == rs {
             // The same elements, proven by the view chain or, for views the
             // engine does not model (reshape round trips, transposes), by
-            // identical static layouts in the same memory.
+            // static layouts of one dtype that address the same elements of
+            // the same memory.
             let same_layout = match (
                 strided_layout(self.graph, src),
                 strided_layout(self.graph, dst),
             ) {
                 (Some(a), Some(b)) => {
                     // Views of one root node (view and re-inplacing links only,
-                    // never a may-alias union) with identical layouts.
-                    a == b && self.geometry(src).root == self.geometry(dst).root
+                    // never a may-alias union).
+                    same_elements(&a, &b)
+                        && self.same_dtype(src, dst)
+                        && self.geometry(src).root == self.geometry(dst).root
                 }
                 _ => false,
             };
@@ -338,9 +366,9 @@ mod tests {
     use super::super::tests::{erased, only_decision, plan_of};
     use super::*;
     use crate::analysis::test_graph::{
-        copy_, meta, n, neg, scale_, slice, slice_scatter, view_dtype, B,
+        copy_, ints, meta, n, neg, scale_, slice, slice_scatter, view_dtype, B,
     };
-    use crate::ir::Value;
+    use crate::ir::{ArgType, Value};
     use crate::plan::Action;
     use crate::plan::Edit;
 
@@ -423,6 +451,80 @@ mod tests {
             matches!(e, Edit::Insert { callee: Callee::Aten(name), .. } if *name == "aten::copy_.default")
         });
         assert!(!erased(&p).contains(&c) || copies_again, "{:?}", p.edits);
+    }
+
+    /// A `(1, 8)` input written in place, then written back from a view of
+    /// the written value the engine does not model (a permute), whose
+    /// metadata gives `stride`.
+    fn written_back_through_a_permute(stride: &[i64]) -> (crate::ir::Graph, NodeId) {
+        let mut b = B::new();
+        let x = b.input("x");
+        b.g.nodes[x.idx()].meta = Some(meta(&[1, 8]));
+        let af = b.scale_v2("af", x);
+        let nx = b.getitem("nx", af, 1);
+        let permute = crate::analysis::test_graph::op(
+            "aten::permute.default",
+            &[("self", ArgType::Tensor, "a"), ("dims", ArgType::Other, "")],
+            &[(ArgType::Tensor, "a")],
+        );
+        let layout = crate::ir::TensorMeta {
+            stride: Some(stride.to_vec()),
+            ..meta(&[1, 8])
+        };
+        let v = b.call_meta("v", &permute, vec![n(nx), ints(&[0, 1])], Some(layout));
+        let c = b.call("c", &copy_(), vec![n(x), n(v)]);
+        (b.output(&[]), c)
+    }
+
+    #[test]
+    fn a_copy_back_from_a_view_that_differs_only_in_a_size_1_stride_goes() {
+        // Strides (1, 1) against the input's (8, 1): the same 8 elements.
+        let (g, c) = written_back_through_a_permute(&[1, 1]);
+        let p = plan_of(&g);
+        assert_eq!(only_decision(&p).action, Action::Reinplaced);
+        assert_eq!(p.report.writebacks_removed, 1);
+        assert!(erased(&p).contains(&c));
+    }
+
+    #[test]
+    fn a_copy_back_from_a_view_with_another_stride_on_a_longer_dimension_stays() {
+        // Strides (8, 2): every other element, not the input's 8.
+        let (g, c) = written_back_through_a_permute(&[8, 2]);
+        let p = plan_of(&g);
+        assert_eq!(p.report.writebacks_removed, 0);
+        let copies_again = p.edits.iter().any(|e| {
+            matches!(e, Edit::Insert { callee: Callee::Aten(name), .. } if *name == "aten::copy_.default")
+        });
+        assert!(erased(&p).contains(&c) && copies_again, "{:?}", p.edits);
+    }
+
+    #[test]
+    fn layouts_address_the_same_elements_only_with_equal_strides_beyond_size_1() {
+        let l = |size: &[i64], stride: &[i64], off: i64| (size.to_vec(), stride.to_vec(), off);
+        assert!(same_elements(
+            &l(&[1, 8], &[8, 1], 0),
+            &l(&[1, 8], &[1, 1], 0)
+        ));
+        assert!(same_elements(
+            &l(&[4, 1, 8], &[8, 8, 1], 8),
+            &l(&[4, 1, 8], &[8, 32, 1], 8)
+        ));
+        assert!(!same_elements(
+            &l(&[1, 8], &[8, 1], 0),
+            &l(&[1, 8], &[8, 1], 8)
+        ));
+        assert!(!same_elements(
+            &l(&[2, 8], &[8, 1], 0),
+            &l(&[2, 8], &[1, 2], 0)
+        ));
+        assert!(!same_elements(
+            &l(&[8, 1], &[1, 1], 0),
+            &l(&[1, 8], &[1, 1], 0)
+        ));
+        assert!(!same_elements(
+            &l(&[1, 8], &[8], 0),
+            &l(&[1, 8], &[8, 1], 0)
+        ));
     }
 
     /// `t[0:2]` written by a v1 call, then scattered back into `t[start:2+start]`.
