@@ -54,6 +54,15 @@ DELETED_CLONE_IN_A_LIST = Program(
 )
 
 
+def _ours_where_inductor_alone_raises(p: Program, dynamic: bool) -> str | None:
+    """What differs from eager with `install()`, v1 form, once Inductor
+    alone is checked to raise on ``p``."""
+    expected = trp.eager(p)
+    alone = trp.full_compile(p, expected, False, dynamic, with_fxrewrite=False)
+    assert alone is not None and alone.startswith("raised:")
+    return trp.full_compile(p, expected, False, dynamic, install="full")
+
+
 def _layout(node: torch.fx.Node) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     val = node.meta["val"]
     return tuple(val.shape), tuple(val.stride()), val.storage_offset()
@@ -77,18 +86,14 @@ def test_v1_regenerates_a_written_input_with_another_size_1_stride_and_the_pass_
     stated = ((1, 8), (1, 1), 0)
     assert {k: _layout(call.kwargs[k]) for k in ("out", "a", "b")} == dict.fromkeys(("out", "a", "b"), stated)
 
-    expected = trp.eager(p)
-    problem = trp.full_compile(p, expected, False, False, install="full")
-    assert problem == (
+    assert _ours_where_inductor_alone_raises(p, dynamic=False) == (
         "a stride-reading kernel got another layout than in eager:\n"
         "site 5 `out`: size, stride, offset [1, 8], [1, 1], 0; eager passed [1, 8], [8, 1], 0\n"
         "site 5 `a`: size, stride, offset [1, 8], [1, 1], 0; eager passed [1, 8], [8, 1], 0\n"
         "site 5 `b`: size, stride, offset [1, 8], [1, 1], 0; eager passed [1, 8], [8, 1], 0\n"
         "site 9 `xs[0]`: size, stride, offset [1, 8], [1, 1], 0; eager passed [1, 8], [8, 1], 0"
     )
-    alone = trp.full_compile(p, expected, False, False, with_fxrewrite=False)
-    assert alone is not None and alone.startswith("raised:")
-    assert trp.full_compile(p, expected, True, False, install="full") is None
+    assert trp.full_compile(p, trp.eager(p), True, False, install="full") is None
 
 
 def test_a_deleted_clone_in_a_list_is_cloned_at_its_source_offset():
@@ -102,13 +107,8 @@ def test_a_deleted_clone_in_a_list_is_cloned_at_its_source_offset():
     are eager's. The way out: the pre pass, which still sees the clone,
     records that the slots are the clone's own result; their copy is then a
     plain `clone` of the slot, as eager's was."""
-    p = DELETED_CLONE_IN_A_LIST
-    expected = trp.eager(p)
-    problem = trp.full_compile(p, expected, False, True, install="full")
-    assert problem == (
+    assert _ours_where_inductor_alone_raises(DELETED_CLONE_IN_A_LIST, dynamic=True) == (
         "a stride-reading kernel got another layout than in eager:\n"
         "site 7 `xs[1]`: size, stride, offset [2, 8], [8, 1], 8; eager passed [2, 8], [8, 1], 0\n"
         "site 7 `xs[2]`: size, stride, offset [2, 8], [8, 1], 8; eager passed [2, 8], [8, 1], 0"
     )
-    alone = trp.full_compile(p, expected, False, True, with_fxrewrite=False)
-    assert alone is not None and alone.startswith("raised:")
