@@ -154,7 +154,9 @@ impl Context<'_> {
 
     /// True when a view of `n` (directly or through other views) addresses
     /// the storage rather than `n`'s elements: an `as_strided`, a view
-    /// step the engine cannot resolve, or an `auto_functionalized_v2` that
+    /// operator not known to be element-relative (`reshape(-1, 4, 64)`,
+    /// which the engine does not model, is, and vLLM's attention reads the
+    /// written-back `qkv` through it), or an `auto_functionalized_v2` that
     /// cuts a written view from `n` as a base by storage offset (left to
     /// Inductor, it is decomposed into that `as_strided`).
     fn storage_addressed_through_views(&self, n: NodeId) -> bool {
@@ -163,7 +165,8 @@ impl Context<'_> {
             .iter()
             .any(|&u| match &self.roles[u.idx()] {
                 Role::View { src, step, .. } if *src == n => {
-                    matches!(step, Some(ViewStep::AsStrided { .. } | ViewStep::Opaque(_)))
+                    step.as_ref()
+                        .is_some_and(|s| s.addresses_storage(self.graph))
                         || self.storage_addressed_through_views(u)
                 }
                 Role::AutoFunctionalized => self.v2_cuts_by_offset_from(u, n),

@@ -6,7 +6,7 @@
 //! only to itself, so a missing size makes the engine prove less, never
 //! something wrong.
 
-use crate::ir::{Graph, NodeId, OpSchema, Value};
+use crate::ir::{Graph, NodeId, OpSchema, TargetKind, Value};
 
 /// One primitive step from a tensor to a view of it, in canonical form.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +59,78 @@ pub enum ViewStep {
     },
     /// A view the engine does not model; equal only to itself.
     Opaque(NodeId),
+}
+
+/// The view operators whose result is defined by their source's own sizes,
+/// strides and storage offset (the base name, before the overload): given
+/// the same elements in another storage, they give the same elements. Not
+/// `as_strided` (absolute strides and offset) nor `view.dtype` (its strides
+/// are its source's, rescaled: another layout of the same elements can give
+/// other bytes), nor any operator not named here.
+const ELEMENT_RELATIVE_VIEWS: &[&str] = &[
+    "alias",
+    "broadcast_to",
+    "chunk",
+    "detach",
+    "diagonal",
+    "expand",
+    "expand_as",
+    "flatten",
+    "lift_fresh",
+    "movedim",
+    "narrow",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "split",
+    "split_with_sizes",
+    "squeeze",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "tensor_split",
+    "transpose",
+    "unbind",
+    "unflatten",
+    "unfold",
+    "unsqueeze",
+    "_unsafe_view",
+    "view_as",
+];
+
+impl ViewStep {
+    /// True when the step addresses its source's storage rather than its
+    /// source's elements: an `as_strided`, or a view the engine does not
+    /// model whose operator is not one of [`ELEMENT_RELATIVE_VIEWS`] (a
+    /// `getitem` of a list view is judged by the list's operator). Only such
+    /// a step can tell two tensors of the same elements in different
+    /// storages apart.
+    #[must_use]
+    pub fn addresses_storage(&self, graph: &Graph) -> bool {
+        match self {
+            Self::AsStrided { .. } => true,
+            Self::Opaque(node) => {
+                let mut op = *node;
+                if graph.target_of(op).kind == TargetKind::Getitem {
+                    match graph.node(op).args.first().and_then(Value::as_node) {
+                        Some(list) => op = list,
+                        None => return true,
+                    }
+                }
+                let target = graph.target_of(op);
+                if target.kind != TargetKind::Operator {
+                    return true;
+                }
+                let name = target.name.strip_prefix("aten::").unwrap_or("");
+                let base = name.split('.').next().unwrap_or("");
+                // `view.default` only: `view.dtype` reinterprets.
+                let relative = name == "view.default" || ELEMENT_RELATIVE_VIEWS.contains(&base);
+                !relative
+            }
+            _ => false,
+        }
+    }
 }
 
 /// One size in a [`ViewStep::Reshape`]: a number, or the SymInt a node holds.
@@ -500,6 +572,49 @@ mod tests {
                 false
             )
         );
+    }
+
+    #[test]
+    fn only_as_strided_and_unknown_views_address_the_storage() {
+        let one = |name: &'static str| {
+            op(
+                name,
+                &[("self", Tensor, "a"), ("arg", Other, "")],
+                &[(Tensor, "a")],
+            )
+        };
+        let mut b = B::new();
+        let x = b.input("x");
+        // `reshape(x, [-1, 4])`: not modelled (-1), yet element-relative.
+        let r = b.call(
+            "r",
+            &one("aten::reshape.default"),
+            vec![n(x), ints(&[-1, 4])],
+        );
+        let d = b.call("d", &one("aten::view.dtype"), vec![n(x), Value::Int(3)]);
+        let u = b.call(
+            "u",
+            &one("mylib::my_view.default"),
+            vec![n(x), Value::Int(0)],
+        );
+        let t = b.call(
+            "t",
+            &one("aten::permute.default"),
+            vec![n(x), ints(&[1, 0])],
+        );
+        let g = b.output(&[r, d, u, t]);
+        let opaque = |v: NodeId| ViewStep::Opaque(v).addresses_storage(&g);
+        assert!(!opaque(r));
+        assert!(!opaque(t));
+        assert!(opaque(d), "view.dtype rescales its source's strides");
+        assert!(opaque(u), "an operator the engine does not know");
+        let strided = ViewStep::AsStrided {
+            size: vec![4],
+            stride: vec![1],
+            offset: 0,
+        };
+        assert!(strided.addresses_storage(&g));
+        assert!(!sl(0, 0, 2).unwrap().addresses_storage(&g));
     }
 
     #[test]
