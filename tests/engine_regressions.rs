@@ -587,9 +587,10 @@ fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
 fn a_split_item_with_a_symbolic_offset_is_cut_again_from_a_copy_of_the_split_source() {
     let mut b = B::new();
     let (mm, [x, w]) = symbolic_mm(&mut b, 4);
+    // `mm` is [4, 24]: the pieces add up to its width, as torch requires.
     let split = b.call_meta(
         &split_with_sizes_op(),
-        vec![n(mm), ints(&[4, 4]), Value::Int(1)],
+        vec![n(mm), ints(&[4, 4, 16]), Value::Int(1)],
         None,
     );
     let item = b.getitem(split, 1);

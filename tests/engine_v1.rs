@@ -340,3 +340,49 @@ fn later_view_of_the_old_value_read_by_the_output_forces_a_clone() {
     );
     assert!(moves(&p).is_empty());
 }
+
+/// A v1 call writes `buf` through a `view` (`[4, 8]` as `[2, 16]`, the same
+/// elements row-major) and `buf`'s old value is read after it: the write
+/// goes to a copy. The reference interpreter runs the view (it aliases
+/// `buf`'s storage), so `planned` compares the values: writing `buf` in
+/// place would change the old value the output reads.
+#[test]
+fn v1_write_through_a_view_of_a_buffer_read_later_is_cloned() {
+    let mut b = B::new();
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let vw = b.call_meta(
+        &view_op(),
+        vec![n(buf), ints(&[2, 16])],
+        Some(meta(&[2, 16])),
+    );
+    let af = b.v1(&rms_op(), vec![("out", n(vw)), ("x", n(a)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, buf]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
+}
+
+/// A v1 call writes an `expand` of `buf`'s first row (`[1, 8]` as `[4, 8]`,
+/// row stride 0: every row of the view is that one row), and `buf`'s old
+/// value is read after it. The interpreter writes the view's rows in turn
+/// into the one storage row, as torch's kernel would.
+#[test]
+fn v1_write_through_an_expanded_row_of_a_buffer_read_later() {
+    let mut b = B::new();
+    let MmBuf { a, w, buf, .. } = mm_buffer(&mut b);
+    let row = b.call_meta(
+        &slice_op(),
+        vec![n(buf), Value::Int(0), Value::Int(0), Value::Int(1)],
+        Some(strided_meta(&[1, 8], &[8, 1], 0)),
+    );
+    let ex = b.call_meta(
+        &expand_op(),
+        vec![n(row), ints(&[4, 8])],
+        Some(strided_meta(&[4, 8], &[0, 1], 0)),
+    );
+    let af = b.v1(&rms_op(), vec![("out", n(ex)), ("x", n(a)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, buf]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
+}

@@ -40,6 +40,71 @@ fn contiguous(size: &[i64]) -> Vec<i64> {
     stride
 }
 
+/// A view's size with its one `-1` made what the element count `numel`
+/// leaves, as torch's `infer_size`.
+fn infer_size(size: &[i64], numel: i64) -> R<Vec<i64>> {
+    let known: i64 = size.iter().filter(|&&s| s != -1).product();
+    let mut out = size.to_vec();
+    match size.iter().filter(|&&s| s == -1).count() {
+        0 => {}
+        1 if known != 0 && numel % known == 0 => {
+            for s in &mut out {
+                if *s == -1 {
+                    *s = numel / known;
+                }
+            }
+        }
+        _ => return Err(format!("cannot infer {size:?} for {numel} elements")),
+    }
+    if out.iter().product::<i64>() != numel {
+        return Err(format!("shape {size:?} is invalid for {numel} elements"));
+    }
+    Ok(out)
+}
+
+/// The strides of `new` viewing a tensor of `old` size and `stride`, or
+/// `None` where no strides can (torch's `computeStride`, which `view`
+/// uses): the old dims fall into chunks that are each one arithmetic run
+/// of the storage, and each chunk must be cut into whole new dims.
+fn view_strides(old: &[i64], stride: &[i64], new: &[i64]) -> Option<Vec<i64>> {
+    if old.is_empty() {
+        return Some(vec![1; new.len()]);
+    }
+    let numel: i64 = old.iter().product();
+    if numel == 0 {
+        return Some(if old == new {
+            stride.to_vec()
+        } else {
+            contiguous(new)
+        });
+    }
+    let mut out = vec![0i64; new.len()];
+    let mut view_d = new.len();
+    let mut chunk_base = *stride.last()?;
+    let (mut tensor_numel, mut view_numel) = (1i64, 1i64);
+    for d in (0..old.len()).rev() {
+        tensor_numel *= old[d];
+        let chunk_ends = d == 0 || (old[d - 1] != 1 && stride[d - 1] != tensor_numel * chunk_base);
+        if !chunk_ends {
+            continue;
+        }
+        while view_d > 0 && (view_numel < tensor_numel || new[view_d - 1] == 1) {
+            view_d -= 1;
+            out[view_d] = view_numel * chunk_base;
+            view_numel *= new[view_d];
+        }
+        if view_numel != tensor_numel {
+            return None;
+        }
+        if d > 0 {
+            chunk_base = stride[d - 1];
+            tensor_numel = 1;
+            view_numel = 1;
+        }
+    }
+    (view_d == 0).then_some(out)
+}
+
 fn tv(v: &V) -> R<Tv> {
     match v {
         V::T(t) => Ok(t.clone()),
@@ -136,6 +201,15 @@ impl Mem {
     }
 
     fn slice(t: &Tv, dim: i64, start: Option<i64>, end: Option<i64>) -> R<Tv> {
+        Self::slice_step(t, dim, start, end, 1)
+    }
+
+    /// `aten::slice.Tensor` with its step: bounds clamped as torch does,
+    /// every `step`-th element from `start` (a view, no copy).
+    fn slice_step(t: &Tv, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> R<Tv> {
+        if step <= 0 {
+            return Err(format!("slice step {step} must be positive"));
+        }
         let d = Self::dim(t, dim)?;
         let s = t.size[d];
         let clamp = |v: i64| if v < 0 { (v + s).max(0) } else { v.min(s) };
@@ -143,7 +217,86 @@ impl Mem {
         let end = clamp(end.unwrap_or(s)).max(start);
         let mut v = t.clone();
         v.off += start * t.stride[d];
-        v.size[d] = end - start;
+        v.size[d] = (end - start + step - 1) / step;
+        v.stride[d] *= step;
+        Ok(v)
+    }
+
+    /// `aten::view` (and `_unsafe_view`, and `reshape` where it views):
+    /// the same elements in row-major order under a new size, on the same
+    /// storage and offset, with the strides torch computes; an error where
+    /// torch's `view` raises (no strides give those elements).
+    fn view(t: &Tv, size: &[i64]) -> R<Tv> {
+        let size = infer_size(size, t.size.iter().product())?;
+        let stride = view_strides(&t.size, &t.stride, &size).ok_or_else(|| {
+            format!(
+                "view of size {:?} stride {:?} as {size:?}",
+                t.size, t.stride
+            )
+        })?;
+        Ok(Tv {
+            size,
+            stride,
+            ..t.clone()
+        })
+    }
+
+    /// `aten::reshape`: a view where one exists, else a row-major copy.
+    fn reshape(&mut self, t: &Tv, size: &[i64]) -> R<Tv> {
+        match Self::view(t, size) {
+            Ok(v) => Ok(v),
+            Err(_) => {
+                let copy = self.clone_t(t)?;
+                Self::view(&copy, size)
+            }
+        }
+    }
+
+    /// `aten::expand`: new leading dims and size-1 dims broadcast with
+    /// stride 0, so many elements of the view are one storage element.
+    fn expand(t: &Tv, size: &[i64]) -> R<Tv> {
+        let lead = size
+            .len()
+            .checked_sub(t.size.len())
+            .ok_or_else(|| format!("expand of rank {} to {size:?}", t.size.len()))?;
+        let mut v = Tv {
+            size: Vec::with_capacity(size.len()),
+            stride: Vec::with_capacity(size.len()),
+            ..t.clone()
+        };
+        for (i, &want) in size.iter().enumerate() {
+            let (have, st) = match i.checked_sub(lead) {
+                Some(j) => (t.size[j], t.stride[j]),
+                None if want >= 0 => (1, 0),
+                None => return Err(format!("expand: -1 for the new dim {i}")),
+            };
+            let (n, st) = match want {
+                -1 => (have, st),
+                w if w == have => (have, st),
+                w if have == 1 => (w, 0),
+                w => return Err(format!("expand of size {have} to {w} in dim {i}")),
+            };
+            v.size.push(n);
+            v.stride.push(st);
+        }
+        Ok(v)
+    }
+
+    /// `aten::permute`: the dims reordered, same storage.
+    fn permute(t: &Tv, dims: &[i64]) -> R<Tv> {
+        if dims.len() != t.size.len() {
+            return Err(format!("permute {dims:?} of rank {}", t.size.len()));
+        }
+        let mut v = Tv {
+            size: vec![],
+            stride: vec![],
+            ..t.clone()
+        };
+        for &d in dims {
+            let d = Self::dim(t, d)?;
+            v.size.push(t.size[d]);
+            v.stride.push(t.stride[d]);
+        }
         Ok(v)
     }
 
@@ -301,7 +454,18 @@ impl Mem {
                     "aten::add.Tensor" => p.wrapping_add(q),
                     _ => p.wrapping_mul(q),
                 };
-                let size = shape.unwrap_or(&x.size);
+                let size = shape
+                    .cloned()
+                    .unwrap_or_else(|| match (op, &x.size[..], &y.size[..]) {
+                        // Without a static shape in the metadata (symbolic
+                        // sizes), a matmul's own: [m, k] @ [k, n] is [m, n].
+                        ("aten::mm.default", &[m, k], &[k2, n]) if k == k2 => vec![m, n],
+                        // Operands torch would reject (the random graphs'
+                        // `mm` of two [4, 8]): the first operand's size, as the
+                        // generator records it.
+                        _ => x.size.clone(),
+                    });
+                let size = &size;
                 let n = usize::try_from(size.iter().product::<i64>()).unwrap();
                 let cyc = |v: &[i64], i: usize| if v.is_empty() { 0 } else { v[i % v.len()] };
                 let vals = (0..n).map(|i| f(cyc(&vx, i), cyc(&vy, i))).collect();
@@ -338,12 +502,24 @@ impl Mem {
                     ..t
                 }))
             }
-            "aten::slice.Tensor" => Ok(V::T(Self::slice(
+            "aten::slice.Tensor" => Ok(V::T(Self::slice_step(
                 &tv(&a[0])?,
                 opt(1)?.unwrap_or(0),
                 opt(2)?,
                 opt(3)?,
+                opt(4)?.unwrap_or(1),
             )?)),
+            "aten::view.default" | "aten::_unsafe_view.default" => {
+                Ok(V::T(Self::view(&tv(&a[0])?, &int_list(&a[1])?)?))
+            }
+            "aten::reshape.default" => Ok(V::T(self.reshape(&tv(&a[0])?, &int_list(&a[1])?)?)),
+            "aten::expand.default" => Ok(V::T(Self::expand(&tv(&a[0])?, &int_list(&a[1])?)?)),
+            "aten::permute.default" => Ok(V::T(Self::permute(&tv(&a[0])?, &int_list(&a[1])?)?)),
+            "aten::neg.default" => {
+                let x = tv(&a[0])?;
+                let vals = self.read(&x)?.iter().map(|v| v.wrapping_neg()).collect();
+                Ok(V::T(self.fresh(&x.size, vals)))
+            }
             "aten::select.int" => Ok(V::T(Self::select(&tv(&a[0])?, int(&a[1])?, int(&a[2])?)?)),
             "aten::alias.default" => Ok(V::T(tv(&a[0])?)),
             "aten::as_strided.default" => {
@@ -381,7 +557,13 @@ impl Mem {
                 let (base, src) = (tv(&a[0])?, tv(&a[1])?);
                 let out = self.clone_t(&base)?;
                 let view = if op == "aten::slice_scatter.default" {
-                    Self::slice(&out, opt(2)?.unwrap_or(0), opt(3)?, opt(4)?)?
+                    Self::slice_step(
+                        &out,
+                        opt(2)?.unwrap_or(0),
+                        opt(3)?,
+                        opt(4)?,
+                        opt(5)?.unwrap_or(1),
+                    )?
                 } else {
                     Self::select(&out, int(&a[2])?, int(&a[3])?)?
                 };
@@ -711,9 +893,9 @@ fn run_node(
             ("_operator.floordiv", [V::Int(x), V::Int(y)]) if *y > 0 => {
                 Ok(V::Int(x.div_euclid(*y)))
             }
-            _ => Err(format!("cannot run {}", node.name)),
+            _ => Err(format!("cannot run {} ({})", node.name, t.name)),
         },
-        _ => Err(format!("cannot run {}", node.name)),
+        _ => Err(format!("cannot run {} ({})", node.name, t.name)),
     }
 }
 

@@ -9,7 +9,13 @@ use fxrewrite::ir::{Graph, NodeId, OpCode, TargetKind, Value};
 use fxrewrite::plan::{Callee, NewId, PlanArg, ValueRef};
 use fxrewrite::{plan, Action, Edit, Plan};
 
-use super::interp;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use proptest::strategy::Strategy;
+use proptest::test_runner::{contextualize_config, TestCaseError, TestRunner};
+
+use super::{interp, seeds};
 
 /// The auto_functionalized nodes a plan rewrites: run as eager ran them in
 /// the reference (the ones it leaves, Inductor decomposes functionally).
@@ -30,12 +36,50 @@ pub fn planned(g: &Graph) -> Plan {
     p
 }
 
+/// [`planned`] for a graph torch itself could not run (a malformed node the
+/// engine must leave): the plan passes the structural oracles, and the
+/// reference interpreter must fail to run the original, naming why; a
+/// graph it can run belongs in [`planned`], which compares values.
+pub fn planned_unrunnable(g: &Graph) -> (Plan, String) {
+    let p = plan(g).unwrap();
+    check_structure(g, &p).unwrap();
+    check_inputs(g, &p).unwrap();
+    match same_results_or_unrunnable(g, &p).unwrap() {
+        Compared::Unrunnable(why) => (p, why),
+        Compared::Values => panic!("the interpreter runs this graph: use `planned`"),
+    }
+}
+
 /// The planned program computes what the original computes and leaves the
-/// graph inputs as the original does. Graphs the reference interpreter
-/// cannot run (shape errors) are not compared.
+/// graph inputs as the original does. A graph the reference interpreter
+/// cannot run is an error naming what it could not run: a check that
+/// compared nothing must not pass.
 pub fn same_results(g: &Graph, p: &Plan) -> Result<(), String> {
-    let Ok(want) = interp::run_eager(g, &rewritten(p)) else {
-        return Ok(());
+    match same_results_or_unrunnable(g, p)? {
+        Compared::Values => Ok(()),
+        Compared::Unrunnable(why) => Err(format!(
+            "the reference interpreter cannot run the original graph, so nothing was compared: {why}"
+        )),
+    }
+}
+
+/// Whether [`same_results_or_unrunnable`] compared the two programs' values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Compared {
+    /// Both programs ran and gave the same results.
+    Values,
+    /// The reference interpreter cannot run the original graph (why).
+    Unrunnable(String),
+}
+
+/// [`same_results`] for callers that count how many graphs were compared
+/// (the property tests, which assert a floor on that count) instead of
+/// requiring every graph to run. Once the original runs, the planned
+/// program must run and agree.
+pub fn same_results_or_unrunnable(g: &Graph, p: &Plan) -> Result<Compared, String> {
+    let want = match interp::run_eager(g, &rewritten(p)) {
+        Ok(want) => want,
+        Err(why) => return Ok(Compared::Unrunnable(why)),
     };
     let got = interp::run_planned(g, p)?;
     if got != want {
@@ -43,7 +87,56 @@ pub fn same_results(g: &Graph, p: &Plan) -> Result<(), String> {
             "the planned program differs from the original:\n  original: {want:?}\n  planned:  {got:?}"
         ));
     }
-    Ok(())
+    Ok(Compared::Values)
+}
+
+/// Runs one property as `proptest!` would (the [`seeds::config`] of
+/// `default_cases`, failures persisted beside `source_file`), but counts the
+/// cases whose values the reference interpreter compared. A property whose
+/// graphs stopped running would otherwise pass while comparing nothing; so
+/// at the end the count is printed and at least `min_percent` of the cases
+/// must have been compared.
+pub fn run_counting_compared<S>(
+    name: &'static str,
+    source_file: &'static str,
+    default_cases: u32,
+    min_percent: usize,
+    strategy: S,
+    case: impl Fn(S::Value) -> Result<Compared, TestCaseError>,
+) where
+    S: Strategy,
+    S::Value: std::fmt::Debug,
+{
+    let mut config = contextualize_config(seeds::config(default_cases));
+    config.source_file = Some(source_file);
+    config.test_name = Some(name);
+    let (cases, compared) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    // The first reason a graph could not run, for the failure message.
+    let first_unrunnable = Mutex::new(None);
+    let result = TestRunner::new(config).run(&strategy, |v| {
+        let c = case(v)?;
+        cases.fetch_add(1, Ordering::Relaxed);
+        match c {
+            Compared::Values => {
+                compared.fetch_add(1, Ordering::Relaxed);
+            }
+            Compared::Unrunnable(why) => {
+                first_unrunnable.lock().unwrap().get_or_insert(why);
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{name}: {e}");
+    }
+    let (cases, compared) = (cases.into_inner(), compared.into_inner());
+    eprintln!("{name}: {compared} of {cases} cases compared by value");
+    assert!(
+        compared * 100 >= cases * min_percent,
+        "{name}: only {compared} of {cases} cases compared by value (floor {min_percent}%); \
+         the first that could not run: {:?}",
+        first_unrunnable.into_inner().unwrap()
+    );
 }
 
 pub fn id_of(g: &Graph, name: &str) -> NodeId {
