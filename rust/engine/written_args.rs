@@ -115,6 +115,20 @@ impl Context<'_> {
                         return None;
                     }
                 }
+                // A view of another stride with the same offset (`t[-1, ::2]`
+                // where `t[-1]` was traced first) is not the written view.
+                if let (Some(stride), Some(Value::List(want) | Value::Tuple(want))) =
+                    (&xm.stride, self.graph.node(call.node).kwarg(&keys[1]))
+                {
+                    let same = want.len() == stride.len()
+                        && want.iter().zip(stride).all(|(s, &d)| match s {
+                            Value::Int(i) => *i == d,
+                            _ => true,
+                        });
+                    if !same {
+                        return None;
+                    }
+                }
             }
             // No metadata on the view (Inductor's graphs often have none on
             // views): its rank follows from its steps on the base, and steps
@@ -144,9 +158,21 @@ impl Context<'_> {
                 ViewStep::Unsqueeze { .. } => rank + 1,
                 ViewStep::Reshape { shape } => shape.len(),
                 ViewStep::AsStrided { size, .. } => size.len(),
-                ViewStep::Opaque(_) => return None,
+                ViewStep::Opaque(v) => opaque_rank(self.graph, *v, rank)?,
             };
         }
         Some(rank)
+    }
+}
+
+/// The rank of an unmodelled view `v` of a rank-`rank` source, where its
+/// operator alone says it: `select(-1)` under a symbolic size is opaque to
+/// the geometry, yet drops one dimension.
+fn opaque_rank(graph: &crate::ir::Graph, v: NodeId, rank: usize) -> Option<usize> {
+    match graph.target_of(v).name.as_str() {
+        "aten::select.int" | "aten::squeeze.dim" => rank.checked_sub(1),
+        "aten::slice.Tensor" | "aten::narrow.default" | "aten::transpose.int" => Some(rank),
+        "aten::unsqueeze.default" => Some(rank + 1),
+        _ => None,
     }
 }
