@@ -6,7 +6,7 @@ is shrunk to a small reproducer.
     python tests/campaign.py --capture 2000 --forms v2 --seed 2 --out /tmp/campaign
 
     python tests/campaign.py --minutes 25          # the accumulating campaign
-    python tests/campaign.py --minutes 3 --no-log --first-seed 0 --programs 6  # CI's slice
+    python tests/campaign.py --programs 6 --no-log --first-seed 0  # CI's slice
 
 ``--minutes N`` is the campaign that accumulates (issue 30): both installs
 (``fxrewrite.install()`` and the one line), both forms, a quarter of the
@@ -14,8 +14,12 @@ programs compiled with ``dynamic=True``, every program judged against eager
 *and* Inductor alone. It stops by itself after N minutes (the program under
 way is finished), starts at the first seed no earlier row of
 ``docs/campaign.md`` used, and appends one row per install and form there
-(commit it). Seeds are hypothesis seeds of batches of programs, odd seeds
-drawing programs with sharing calls (``programs(sharing=True)``).
+(commit it). ``--programs N`` runs the same campaign on exactly N programs,
+with no time limit (CI's slice judges a fixed number, however slow the
+machine); with ``--minutes`` as well, a run the time limit stops before N
+programs exits 1. Either way it prints how many programs it judged. Seeds
+are hypothesis seeds of batches of programs, odd seeds drawing programs with
+sharing calls (``programs(sharing=True)``).
 
 The pytest suite stops at the first failure and shrinks it; this script is
 for counting. It writes ``<out>/results.jsonl`` (one line per program) and
@@ -431,25 +435,34 @@ def _commit() -> str:
 
 
 def accumulate(
-    minutes: float, log: Path | None, *, first_seed: int | None = None, max_programs: int | None = None
+    minutes: float | None, log: Path | None, *, first_seed: int | None = None, n_programs: int | None = None
 ) -> int:
-    """Runs the campaign for ``minutes`` (or ``max_programs`` programs,
-    whichever ends first) and appends its rows to ``log`` (none: CI's
-    slice). Starts at ``first_seed``, by default the first seed no row of
-    ``docs/campaign.md`` used. Returns the exit status: 1 when a must-be-0
-    column is not 0."""
+    """Runs the campaign for ``minutes``, or on ``n_programs`` programs
+    exactly (no time limit unless ``minutes`` is given too), and appends its
+    rows to ``log`` (none: CI's slice). Starts at ``first_seed``, by default
+    the first seed no row of ``docs/campaign.md`` used. Returns the exit
+    status: 1 when a must-be-0 column is not 0, or when fewer than
+    ``n_programs`` programs were judged."""
+    if minutes is None and n_programs is None:
+        raise ValueError("accumulate needs minutes or n_programs")
     first = next_seed(LOG) if first_seed is None else first_seed
-    deadline = time.monotonic() + minutes * 60
+    deadline = None if minutes is None else time.monotonic() + minutes * 60
     # The code judged is the code at the start: commits made while the run
     # goes on (it runs beside other work) are not in it.
     commit = _commit()
     tallies = {(install, form): Tally() for install in trp.INSTALLS for form in ("v2", "v1")}
     seed = first
     judged = 0
+
+    def done() -> bool:
+        if n_programs is not None and judged >= n_programs:
+            return True
+        return deadline is not None and time.monotonic() >= deadline
+
     t0 = time.perf_counter()
-    while time.monotonic() < deadline and (max_programs is None or judged < max_programs):
+    while not done():
         for i, program in enumerate(programs_of_seed(seed)):
-            if time.monotonic() >= deadline or (max_programs is not None and judged >= max_programs):
+            if done():
                 break
             dynamic = (seed * BATCH + i) % 4 == 0
             for form in ("v2", "v1"):
@@ -486,6 +499,11 @@ def accumulate(
         with log.open("a") as f:
             f.write("\n".join(rows) + "\n")
         print(f"appended {len(rows)} rows to {log}")
+    seeds = f"seeds {first}-{last}" if judged else "no seed"
+    if n_programs is not None and judged < n_programs:
+        print(f"judged {judged} of {n_programs} programs ({seeds}): stopped by the time limit, FAILED")
+        return 1
+    print(f"judged {judged} programs ({seeds})")
     return status
 
 
@@ -510,24 +528,29 @@ def main() -> None:
         help="the accumulating campaign: both installs and forms for this many minutes, rows "
         "appended to docs/campaign.md (exits 1 when a wrong column is not 0)",
     )
-    ap.add_argument("--no-log", action="store_true", help="with --minutes: append no row (CI's slice)")
+    ap.add_argument(
+        "--no-log", action="store_true", help="with --minutes or --programs: append no row (CI's slice)"
+    )
     ap.add_argument(
         "--programs",
         type=int,
-        help="with --minutes: stop after this many programs too (CI's slice: the same programs on "
-        "every run, so it is never red by chance)",
+        help="the accumulating campaign on exactly this many programs, with no time limit (CI's slice: "
+        "the same programs on every run, so it is never red by chance); with --minutes too, exits 1 "
+        "if the time limit stops it first",
     )
     ap.add_argument(
         "--first-seed",
         type=int,
-        help="with --minutes: start here, not after the last seed of docs/campaign.md",
+        help="with --minutes or --programs: start here, not after the last seed of docs/campaign.md",
     )
     args = ap.parse_args()
-    if args.minutes is not None:
+    if args.programs is not None and args.programs < 1:
+        ap.error("--programs must be at least 1")
+    if args.minutes is not None or args.programs is not None:
         log = None if args.no_log else LOG
-        sys.exit(accumulate(args.minutes, log, first_seed=args.first_seed, max_programs=args.programs))
+        sys.exit(accumulate(args.minutes, log, first_seed=args.first_seed, n_programs=args.programs))
     if args.out is None:
-        ap.error("--out is required (except with --minutes)")
+        ap.error("--out is required (except with --minutes or --programs)")
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     summary_rows: list[str] = []

@@ -78,3 +78,31 @@ def test_a_wrong_result_of_inductor_alone_is_a_fix_not_fewer_copies() -> None:
     t = _tally(INDUCTOR_ALONE_WRONG, True, "full")
     assert (t.counts["right"], t.counts["fixes"], t.counts["more_copies"]) == (1, 1, 0)
     assert (t.counts["copies_fxrewrite"], t.counts["copies_inductor"]) == (0, 0)
+
+
+# ----- CI's slice: a fixed number of programs, judged whatever the time ------------------------
+
+
+def _stub_campaign(monkeypatch, judged: list[int]) -> None:
+    """Programs and judging replaced by counting: only ``accumulate``'s loop runs."""
+    monkeypatch.setattr(campaign, "programs_of_seed", lambda seed: [seed] * campaign.BATCH)
+    monkeypatch.setattr(
+        campaign, "judge_installs", lambda program, v2, dynamic, tallies: judged.append(program)
+    )
+    monkeypatch.setattr(campaign, "_commit", lambda: "test")
+
+
+def test_the_slice_judges_exactly_its_programs_and_says_so(monkeypatch, capsys) -> None:
+    judged: list[int] = []
+    _stub_campaign(monkeypatch, judged)
+    assert campaign.accumulate(None, None, first_seed=0, n_programs=10) == 0
+    assert judged == [0] * 2 * campaign.BATCH + [1] * 2 * 2  # both forms of each program
+    assert capsys.readouterr().out.splitlines()[-1] == "judged 10 programs (seeds 0-1)"
+
+
+def test_a_slice_stopped_by_the_time_limit_exits_1(monkeypatch, capsys) -> None:
+    judged: list[int] = []
+    _stub_campaign(monkeypatch, judged)
+    assert campaign.accumulate(0, None, first_seed=3, n_programs=6) == 1
+    assert judged == []
+    assert "judged 0 of 6 programs" in capsys.readouterr().out.splitlines()[-1]

@@ -531,6 +531,48 @@ def check_captured(program: Program, v2: bool) -> Capture:
 # ---------------------------------------------------------------------------
 # Hand-picked programs, run first in every form.
 
+SAME_TENSOR_READ_AND_WRITTEN = Program(
+    ((4, 8), (8, 4)),
+    (("acc_sum", 1, 1), ("unary", "mul2", 2), ("unary", "mul2", 3)),
+    (("direct", 4),),
+)
+"""``acc_sum(x1, x1)``: the user passes one input as read and written
+argument. Without the pre pass fxrewrite could not tell it from a clone
+removed by ``remove_noop_ops``: it cloned the written one and the input's
+``copy_`` write-back stayed (``check_clones`` excuses both). The captured
+graph now has the pre pass's alias record (the full install): the call runs
+in place on the shared input, no clone and no write-back
+(tests/test_sharing.py checks it against eager, and that with no record the
+node is left to Inductor). One of ``HANDPICKED``."""
+
+SIZE1_POINTWISE_LAYOUT = Program(
+    shapes=((4, 8), (4, 1, 8)),
+    steps=(("fill_rows_", 0, 7.0), ("unary", "add1", 1), ("fused_add_", 1, 2, 2), ("binop", "sub", 2, 2)),
+    outputs=(("direct", 3),),
+    seed=19,
+    input_layouts=("t", "t"),
+)
+"""Once a harness artefact, not a fxrewrite bug (2 of 2000 captured programs)::
+
+    def f(x0, x1, idx):  # x1: (4, 1, 8) stored transposed
+        fill_rows_(x0, idx, 7.0, site=0)
+        v2 = x1 + 1
+        fused_add_(x1, v2, v2, site=2)
+        return v2 - v2
+
+`v2` was cloned (its old value is read after the call) with the layout of its
+metadata, stride (8, 8, 1). Eager's `x1 + 1` gives the size-1 dimension
+stride 32 instead, and so does the FX interpreter running the captured graph:
+the kernel saw (8, 8, 1) for `res`, eager (8, 32, 1). A full compile gives
+`res` and `w` stride (8, 8, 1) with or without fxrewrite (Inductor lays out
+`v2` by the metadata): fxrewrite's clone is what the compiled program
+computes. The captured-graph check lets the full compile judge such a
+difference (``judge_layouts_by_full_compile``). With the pre pass's alias
+record `v2` (both `res` and `w`) is now one unit written in place, so no
+clone with its metadata's layout is made: one of ``HANDPICKED``, and
+``EMPTY_STACK_LAYOUT`` below keeps the artefact under test."""
+
+
 S = ((4, 8), (4, 8))
 HANDPICKED = [
     # A view of an intermediate and a view of an input written; readers after.
@@ -596,6 +638,10 @@ HANDPICKED = [
         ),
         (("direct", 2), ("direct", 4)),
     ),
+    # One input as read and written argument: in place through the pre pass's record.
+    SAME_TENSOR_READ_AND_WRITTEN,
+    # A size-1 dim of a pointwise result on a transposed input: no clone, no artefact.
+    SIZE1_POINTWISE_LAYOUT,
 ]
 
 
@@ -804,7 +850,8 @@ def test_steps_can_be_dropped_for_shrinking() -> None:
 
 # ---------------------------------------------------------------------------
 # Regressions: minimised programs on which fxrewrite was found wrong. A bug
-# still open is marked xfail(strict=True); drop the mark once it is fixed.
+# still open would be marked xfail(strict=True), the mark dropped once it is
+# fixed; none is open now.
 
 BUG_WRITEBACK_AFTER_CLONE = Program(
     S,
@@ -1006,30 +1053,30 @@ FULL_REGRESSIONS: dict[str, Program] = {
         steps=(("unary", "tcontig", 0), ("transpose", 2), ("fused_add_", 0, 3, 3)),
         outputs=(("plus", 1),),
     ),
-    # Still open: dynamic=True, v1 only. `v2.view(4, 8)` is an aten.reshape
-    # in the post-grad graph; the pass writes it in place as a view of v2, but
-    # with symbolic sizes Inductor lowers that reshape as a copy, so the write
-    # of scale_ is lost (v2 is returned unscaled).
+    # Once open (fixed, see below): dynamic=True, v1 only. `v2.view(4, 8)` is
+    # an aten.reshape in the post-grad graph; the pass wrote it in place as a
+    # view of v2, but with symbolic sizes Inductor lowered that reshape as a
+    # copy, so the write of scale_ was lost (v2 returned unscaled).
     "dynamic_v1_write_through_reshape_lost": Program(
         shapes=((4, 8), (4, 8)),
         steps=(("unary", "tcontig", 0), ("view", 2, (4, 8)), ("scale_", 3, 2.0)),
         outputs=(("direct", 2),),
     ),
-    # Still open (v1): a written select of an input, [1] with stride 8 in
+    # Once open (v1, fixed, see below): a written select of an input, [1] with stride 8 in
     # eager, reached the kernel with stride 1.
     "written_select_of_input_size1_stride": Program(
         shapes=((4, 8), (4, 1, 8), (1, 8)),
         steps=(("select", 2, 1, 7), ("rot_", 1, 3, 1)),
         outputs=(("plus", 2),),
     ),
-    # Still open (v1): a written select of a view of an input, [1, 4] with
+    # Once open (v1, fixed, see below): a written select of a view of an input, [1, 4] with
     # strides (8, 1) in eager, reached the kernel with (4, 1).
     "written_view_select_size1_stride": Program(
         shapes=((4, 8), (1, 8), (2, 4, 8)),
         steps=(("view", 1, (1, 2, 4)), ("select", 3, 1, 1), ("scale_", 4, 2.0)),
         outputs=(("plus", 3),),
     ),
-    # Still open (every form): the read argument, an unsqueezed split chunk of
+    # Once open (every form, fixed, see below): the read argument, an unsqueezed split chunk of
     # an input ([1, 4, 1, 2], strides (32, 8, 8, 1)), reached the kernel with
     # stride 2 on its size-1 dim (the written one is a clone of it).
     "read_unsqueezed_chunk_size1_stride": Program(
@@ -1037,21 +1084,21 @@ FULL_REGRESSIONS: dict[str, Program] = {
         steps=(("split", 1, 2, 2, 4), ("unsqueeze", 3, 0), ("acc_sum", 6, 6)),
         outputs=(("direct", 7),),
     ),
-    # Still open (every form): the simplest one, an out= call reading a
+    # Once open (every form, fixed, see below): the simplest one, an out= call reading a
     # pointwise intermediate [4, 1, 8]: stride 32 on its size-1 dim, eager 8.
     "read_pointwise_into_out_buffer": Program(
         shapes=((4, 8), (4, 1, 8)),
         steps=(("unary", "mul2", 1), ("clone", 2), ("unary", "mul2", 3), ("out_add", 4, 1)),
         outputs=(("direct", 5),),
     ),
-    # Still open (every form): a read pointwise intermediate [2, 1, 8] reached
+    # Once open (every form, fixed, see below): a read pointwise intermediate [2, 1, 8] reached
     # the kernel with stride 16 on its size-1 dim, eager 8 (no clone).
     "read_pointwise_size1_stride": Program(
         shapes=((1, 8), (1, 8)),
         steps=(("stack", (0, 0), 0), ("unary", "mul2", 2), ("unary", "mul2", 3), ("rot_", 4, 0, 3)),
         outputs=(("direct", 4),),
     ),
-    # Once open, every form: `v3 = x2 + 1` ([4, 1, 8]) is written in place as
+    # Once open (every form, fixed, see below): `v3 = x2 + 1` ([4, 1, 8]) is written in place as
     # `res` without a clone (the clone is of x2, aliased by the read argument
     # w); Inductor lays the pointwise buffer out with stride 32 on the size-1
     # dim, eager has 8.
@@ -1062,7 +1109,7 @@ FULL_REGRESSIONS: dict[str, Program] = {
     ),
 }
 
-# These shared one cause, now fixed: the direct call fxrewrite made had no
+# The "once open" cases above shared one cause, now fixed: the direct call fxrewrite made had no
 # meta["eager_input_vals"], so Inductor put no layout constraint on the
 # custom op's arguments, where its own decomposition of auto_functionalized
 # carries the node's eager_input_vals over to the call. The applier now gives
@@ -1219,49 +1266,6 @@ def test_check_clones_counts_copy_write_backs() -> None:
         check_clones(program, swapped)
 
 
-SAME_TENSOR_READ_AND_WRITTEN = Program(
-    ((4, 8), (8, 4)),
-    (("acc_sum", 1, 1), ("unary", "mul2", 2), ("unary", "mul2", 3)),
-    (("direct", 4),),
-)
-"""``acc_sum(x1, x1)``: the user passes one input as read and written
-argument. Without the pre pass (the captured graph has none) fxrewrite
-cannot tell it from a clone removed by ``remove_noop_ops`` and clones the
-written one, so the input's ``copy_`` write-back stays too; Inductor calls
-the kernel on the aliased input. Neither that clone nor that write-back is
-counted against fxrewrite."""
-
-
-# With the pre pass's record, `acc_sum(x1, x1)` runs in place on the shared
-# input (tests/test_sharing.py checks it against eager, and that with no
-# record the node is left to Inductor).
-
-
-SIZE1_POINTWISE_LAYOUT = Program(
-    shapes=((4, 8), (4, 1, 8)),
-    steps=(("fill_rows_", 0, 7.0), ("unary", "add1", 1), ("fused_add_", 1, 2, 2), ("binop", "sub", 2, 2)),
-    outputs=(("direct", 3),),
-    seed=19,
-    input_layouts=("t", "t"),
-)
-"""A harness artefact, not a fxrewrite bug (2 of 2000 captured programs)::
-
-    def f(x0, x1, idx):  # x1: (4, 1, 8) stored transposed
-        fill_rows_(x0, idx, 7.0, site=0)
-        v2 = x1 + 1
-        fused_add_(x1, v2, v2, site=2)
-        return v2 - v2
-
-`v2` is cloned (its old value is read after the call) with the layout of its
-metadata, stride (8, 8, 1). Eager's `x1 + 1` gives the size-1 dimension
-stride 32 instead, and so does the FX interpreter running the captured graph:
-the kernel saw (8, 8, 1) for `res`, eager (8, 32, 1). A full compile gives
-`res` and `w` stride (8, 8, 1) with or without fxrewrite (Inductor lays out
-`v2` by the metadata): fxrewrite's clone is what the compiled program
-computes. The captured-graph check now lets the full compile judge such a
-difference (``judge_layouts_by_full_compile``).
-"""
-
 EMPTY_STACK_LAYOUT = Program(
     S,
     (
@@ -1274,16 +1278,16 @@ EMPTY_STACK_LAYOUT = Program(
     ),
     (("direct", 6), ("direct", 5)),
 )
-"""The same artefact on an empty tensor: eager's `torch.stack([v4, v4])` of
-an empty `v4` is a fresh [2, 4, 0] tensor with stride (4, 1, 1); the captured
+"""The artefact ``SIZE1_POINTWISE_LAYOUT`` once showed, on an empty tensor:
+eager's `torch.stack([v4, v4])` of an empty `v4` is a fresh [2, 4, 0] tensor
+with stride (4, 1, 1); the captured
 graph has an `expand` view with stride (0, 8, 1), which fxrewrite writes in
 place (nothing to write) and the FX interpreter passes as is. A full compile
 gives the kernel eager's layout (the call's ``eager_input_vals``)."""
 
 
-# SIZE1_POINTWISE_LAYOUT no longer shows the artefact: with the pre pass's
-# alias record `v2` (both `res` and `w`) is one unit written in place, so no
-# clone with its metadata's layout is made.
+# SIZE1_POINTWISE_LAYOUT no longer shows the artefact (see its docstring):
+# it runs with HANDPICKED.
 @pytest.mark.parametrize("program", [EMPTY_STACK_LAYOUT], ids=["empty_stack"])
 @pytest.mark.parametrize("v2", FORMS)
 def test_regression_interpreter_layout_is_judged_by_the_full_compile(program: Program, v2: bool) -> None:

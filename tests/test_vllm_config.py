@@ -82,7 +82,7 @@ def test_a_spawned_process_configured_by_the_name_runs_the_pass():
     assert _ran_lines(got["lines"], got["pid"]), got["lines"]
 
 
-def test_with_vllm_the_name_is_its_inductor_pass_in_its_manager_order():
+def test_with_the_stand_in_vllm_the_name_is_its_inductor_pass_in_its_manager_order():
     got = _spawn(S.child_by_name, S.NAME, True)
     assert got["vllm_imported"]
     assert got["is_inductor_pass"] and not got["wrapped"]  # vLLM keys its cache on our uuid()
