@@ -1,10 +1,14 @@
-"""The two programs of the sixth campaign run (seeds 151-204, docs/campaign.md)
+"""The programs of the sixth campaign run (seeds 151-204, docs/campaign.md)
 counted as *Inductor crash, fxrewrite wrong*: `install()`, v1 form, Inductor
 alone raises, fxrewrite's values and input mutations are eager's, and a
-stride-reading kernel gets another layout than eager passed it. Each test pins
-the exact difference and says where it comes from; it fails when the
-difference changes, fixed or not (then move the program to the regression
-tests that require eager's layout)."""
+stride-reading kernel gets another layout than eager passed it.
+
+Seed 23205 is still so: its test pins the exact difference and says where it
+comes from; it fails when the difference changes, fixed or not (then move
+the program to the regression tests that require eager's layout). Seed 402
+(`DELETED_CLONE_IN_A_LIST`) is fixed: the pre pass records that the slots
+held a clone's own result, and the copy is a plain `clone` with eager's
+layout; `tests/test_issue_programs.py` runs it every way."""
 
 from __future__ import annotations
 
@@ -94,21 +98,3 @@ def test_v1_regenerates_a_written_input_with_another_size_1_stride_and_the_pass_
         "site 9 `xs[0]`: size, stride, offset [1, 8], [1, 1], 0; eager passed [1, 8], [8, 1], 0"
     )
     assert trp.full_compile(p, trp.eager(p), True, False, install="full") is None
-
-
-def test_a_deleted_clone_in_a_list_is_cloned_at_its_source_offset():
-    """remove_noop_ops deletes `c = v.clone()`, so the call arrives as
-    `[v.select(1, 3), v, v]`. The pre pass recorded that slots 1 and 2 are
-    one memory and slot 0 another, so fxrewrite gives slots 1 and 2 one copy
-    (and slot 0 a copy of its own: the old value of `v` is read after the
-    call). Each copy is made as all its clones are: a copy of the storage
-    `v` views, with `v` re-derived on it. So the kernel sees `v`'s storage
-    offset (8) where eager's fresh clone has 0; sizes, strides and values
-    are eager's. The way out: the pre pass, which still sees the clone,
-    records that the slots are the clone's own result; their copy is then a
-    plain `clone` of the slot, as eager's was."""
-    assert _ours_where_inductor_alone_raises(DELETED_CLONE_IN_A_LIST, dynamic=True) == (
-        "a stride-reading kernel got another layout than in eager:\n"
-        "site 7 `xs[1]`: size, stride, offset [2, 8], [8, 1], 8; eager passed [2, 8], [8, 1], 0\n"
-        "site 7 `xs[2]`: size, stride, offset [2, 8], [8, 1], 8; eager passed [2, 8], [8, 1], 0"
-    )

@@ -14,6 +14,10 @@ __version__: str
 #: of slot labels (``out``, ``xs[1]``) that shared one storage.
 ALIAS_GROUPS: str
 
+#: The IR-only keyword of an auto_functionalized node holding the slots
+#: ``fxrewrite.pre_pass`` found to hold the whole result of a ``clone``.
+FRESH_SLOTS: str
+
 #: Every IR-only keyword (the alias groups, and an earlier build's record,
 #: which is read and ignored): never passed to the FX node.
 IR_ONLY_KWARGS: tuple[str, ...]
@@ -35,6 +39,7 @@ WIRE_CODES: dict[str, dict[str, int]]
 
 __all__ = [
     "ALIAS_GROUPS",
+    "FRESH_SLOTS",
     "IR_ONLY_KWARGS",
     "REPLACED_BEFORE_LOWERING",
     "REPORT_VOCABULARY",

@@ -35,6 +35,7 @@ __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 from ._build_id import native_build_id, python_sources_id
 from ._install_env import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
+from .encode import FRESH_SLOTS_META  # ``(slot label, ...)``
 from .fx_meta import storage_of, v2_written_views
 
 
@@ -83,6 +84,51 @@ def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
     return tuple(tuple(g) for g in groups.values())
 
 
+def _is_plain_clone(n: Any) -> bool:
+    """A ``clone`` that keeps its source's layout (``preserve_format``): a
+    fresh memory with the source's strides, at offset 0."""
+    return (
+        isinstance(n, torch.fx.Node)
+        and n.op == "call_function"
+        and n.target is torch.ops.aten.clone.default
+        and n.kwargs.get("memory_format") in (None, torch.preserve_format)
+    )
+
+
+def fresh_slots_of(node: torch.fx.Node) -> tuple[str, ...]:
+    """The slots of one auto_functionalized node that hold the whole result
+    of a ``clone`` now, before ``remove_noop_ops`` can delete it: a copy the
+    main pass makes for such a slot is then a ``clone`` of it, with the
+    layout eager's clone had, not a copy of the memory it came to view."""
+    op = node.args[0] if node.args else None
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return ()
+    v2 = node.target is auto_functionalized_v2
+    written_views = v2_written_views(node, op) if v2 else {}
+    if written_views is None:
+        return ()
+    raw = node.kwargs.get("_all_bases")
+    bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
+    fresh: list[str] = []
+    for a in schema.arguments:
+        if v2 and a.name in written_views:
+            for view in written_views[a.name] or []:
+                # Only a written argument that is its whole base.
+                if (
+                    view is not None
+                    and view[2] == "whole"
+                    and view[1] < len(bases)
+                    and _is_plain_clone(bases[view[1]])
+                ):
+                    fresh.append(view[0])
+        else:
+            fresh += [
+                label for label, n in _tensor_slots(a.name, node.kwargs.get(a.name)) if _is_plain_clone(n)
+            ]
+    return tuple(fresh)
+
+
 def record_alias_groups(graph: torch.fx.Graph) -> int:
     """Records the alias groups of every auto_functionalized node of
     ``graph`` (``node.meta[META_KEY]``); returns how many nodes got one."""
@@ -90,6 +136,11 @@ def record_alias_groups(graph: torch.fx.Graph) -> int:
     for node in graph.nodes:
         if node.op != "call_function" or node.target not in (auto_functionalized, auto_functionalized_v2):
             continue
+        fresh = fresh_slots_of(node)
+        if fresh:
+            node.meta[FRESH_SLOTS_META] = fresh
+        else:
+            node.meta.pop(FRESH_SLOTS_META, None)
         groups = alias_groups_of(node)
         if groups is None:
             node.meta.pop(META_KEY, None)
@@ -114,7 +165,7 @@ class PrePass(CustomGraphPass):
         # What it records changes the main pass's decisions, whose own uuid
         # covers the engine; this names the recording logic and its sources
         # (it reads the v2 encoding through the engine's parser).
-        return f"fxrewrite-pre-pass-2-{python_sources_id()}-{native_build_id()}"
+        return f"fxrewrite-pre-pass-3-{python_sources_id()}-{native_build_id()}"
 
 
 _warned_not_rewritten = False

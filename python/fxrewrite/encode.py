@@ -198,6 +198,22 @@ def encode(
 ALIAS_GROUPS_META = "fxrewrite_alias_groups"
 
 
+#: Metadata key under which ``fxrewrite.pre_pass`` records the slots of an
+#: auto_functionalized node whose memory was the whole result of a
+#: ``clone`` (a tuple of slot labels). The reader carries it to the engine
+#: as the IR-only keyword ``_core.FRESH_SLOTS``.
+FRESH_SLOTS_META = "fxrewrite_fresh_slots"
+
+
+def fresh_slots(n: torch.fx.Node) -> list[str]:
+    """The slots the pre pass recorded as a clone's own result on ``n``
+    (empty when there is none or the record is malformed)."""
+    record = n.meta.get(FRESH_SLOTS_META)
+    if not isinstance(record, list | tuple) or not all(isinstance(s, str) for s in record):
+        return []
+    return list(record)
+
+
 def alias_groups(n: torch.fx.Node) -> list[list[str]] | None:
     """The alias groups the pre pass recorded on ``n``, or None when the
     record is not a tuple of tuples of labels (then nothing is attributed)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _core
-from ._core import ALIAS_GROUPS, IR_ONLY_KWARGS, FileFormatError, FxrewriteError
+from ._core import ALIAS_GROUPS, FRESH_SLOTS, IR_ONLY_KWARGS, FileFormatError, FxrewriteError
 
 SUFFIX = ".fxir"
 EXPORT_SUFFIXES = (".pt2",)
@@ -432,6 +432,11 @@ def load(path: str | os.PathLike[str]) -> Any:
             from .encode import ALIAS_GROUPS_META
 
             n.meta[ALIAS_GROUPS_META] = tuple(tuple(g) for g in value(groups))
+        fresh = next((v for k, v in kwargs if k == FRESH_SLOTS), None)
+        if fresh is not None:
+            from .encode import FRESH_SLOTS_META
+
+            n.meta[FRESH_SLOTS_META] = tuple(value(fresh))
         made.append(n)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -251,6 +251,12 @@ impl Context<'_> {
                 continue;
             }
             let members = self.unit_members(call, sharing, u);
+            if let [only] = members[..] {
+                if self.holds_a_deleted_clone(call, only) {
+                    recipes.push((u, UnitRecipe::FreshClone { node: only }));
+                    continue;
+                }
+            }
             let recipe = self.unit_recipe(&members).map_err(|why| {
                 format!(
                     "{} needs a clone with its exact layout, but {why}",

@@ -28,6 +28,11 @@ pub(super) type EmittedBuffers = (
 pub(super) enum UnitRecipe {
     /// One member: an exact clone of it, made as `source` says.
     Single { node: NodeId, source: CloneSource },
+    /// One member whose every slot held the whole result of a `clone` in
+    /// the program (the pre pass's record), deleted by `remove_noop_ops`: a
+    /// plain `clone` of it, the layout eager's clone had (offset 0), where
+    /// an exact clone would keep the offset of the memory it now views.
+    FreshClone { node: NodeId },
     /// An exact clone of `anchor` (made as `source` says), a view source of
     /// every member (or a member itself); each member is its graph view
     /// nodes from the anchor, applied again to the copy (outermost first).
@@ -70,6 +75,25 @@ impl Context<'_> {
             }
         }
         members
+    }
+
+    /// True when every slot of `call` that holds `member` held the whole
+    /// result of a `clone` in the program, as the pre pass recorded (and at
+    /// least one does).
+    pub(super) fn holds_a_deleted_clone(&self, call: &MutationCall, member: NodeId) -> bool {
+        if call.fresh_slots.is_empty() {
+            return false;
+        }
+        let member = self.plan.resolve(member);
+        let mut holding = call
+            .slot_labels()
+            .into_iter()
+            .filter(|l| {
+                call.slot_node(l)
+                    .is_some_and(|n| self.plan.resolve(n) == member)
+            })
+            .peekable();
+        holding.peek().is_some() && holding.all(|l| call.fresh_slots.iter().any(|f| f == l))
     }
 
     /// How to make `members` from one copy, or why they cannot be.
@@ -219,9 +243,9 @@ impl Context<'_> {
                 .and_then(crate::ir::TensorMeta::nbytes)
         };
         match recipe {
-            UnitRecipe::Single { node: n, .. } | UnitRecipe::Ancestor { anchor: n, .. } => {
-                nbytes(*n)
-            }
+            UnitRecipe::Single { node: n, .. }
+            | UnitRecipe::FreshClone { node: n }
+            | UnitRecipe::Ancestor { anchor: n, .. } => nbytes(*n),
             UnitRecipe::Flat { source, needed, .. } => {
                 let item = self.graph.node(*source).meta.as_ref()?.itemsize;
                 u64::try_from(*needed).ok()?.checked_mul(u64::from(item))
@@ -240,6 +264,17 @@ impl Context<'_> {
             UnitRecipe::Single { node, source } => {
                 let base = self.plan.resolve(*node);
                 vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
+            }
+            UnitRecipe::FreshClone { node } => {
+                let base = self.plan.resolve(*node);
+                let copy = self.plan.insert(
+                    af,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(base)],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                vec![(*node, ValueRef::New(copy))]
             }
             UnitRecipe::Ancestor {
                 anchor,

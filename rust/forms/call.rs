@@ -98,9 +98,30 @@ pub struct MutationCall {
     /// and read slots' labels). `None`: no record, and sharing seen in the
     /// graph cannot be attributed.
     pub alias_groups: Option<Vec<Vec<String>>>,
+    /// The slots whose memory was, in the program as written, the whole
+    /// result of a `clone` (recorded by `fxrewrite.pre_pass`, see
+    /// [`FRESH_SLOTS`]): when `remove_noop_ops` deleted that clone, a copy
+    /// made for them is a plain `clone` of the slot, with the layout
+    /// eager's fresh clone had (storage offset 0), not a copy of the
+    /// storage the slot now views.
+    pub fresh_slots: Vec<String>,
 }
 
 impl MutationCall {
+    /// Every slot label of the call: its written arguments' (a v1 buffer's,
+    /// a v2 written view's) and its read slots'.
+    #[must_use]
+    pub fn slot_labels(&self) -> Vec<&str> {
+        let written: Vec<&str> = match self.form {
+            super::Form::V1 => self.buffers.iter().map(|b| b.label.as_str()).collect(),
+            super::Form::V2 => self.written.iter().map(|w| w.label.as_str()).collect(),
+        };
+        written
+            .into_iter()
+            .chain(self.read_nodes.iter().map(|(l, _)| l.as_str()))
+            .collect()
+    }
+
     /// The node a slot label of [`MutationCall::alias_groups`] names: a v1
     /// buffer, the base a v2 written argument is cut from, or a read slot.
     #[must_use]
@@ -221,11 +242,33 @@ pub const ALIAS_GROUPS: &str = "_fxrewrite_alias_groups";
 /// planned as if it had no record.
 pub const LEGACY_USER_ALIASED_READS: &str = "_fxrewrite_user_aliased_reads";
 
+/// The keyword under which the encoder passes the slots that
+/// `fxrewrite.pre_pass` found to hold the whole result of a `clone` before
+/// Inductor's `remove_noop_ops` ran (a list of slot labels). IR only.
+pub const FRESH_SLOTS: &str = "_fxrewrite_fresh_slots";
+
 /// True for the IR-only keywords the encoder adds to an auto_functionalized
-/// node ([`ALIAS_GROUPS`], [`LEGACY_USER_ALIASED_READS`]).
+/// node ([`ALIAS_GROUPS`], [`FRESH_SLOTS`], [`LEGACY_USER_ALIASED_READS`]).
 #[must_use]
 pub fn is_ir_only_kwarg(key: &str) -> bool {
-    key == ALIAS_GROUPS || key == LEGACY_USER_ALIASED_READS
+    key == ALIAS_GROUPS || key == FRESH_SLOTS || key == LEGACY_USER_ALIASED_READS
+}
+
+/// The labels recorded under [`FRESH_SLOTS`]; empty when there is no
+/// record or it is malformed (then no slot is taken for a clone's result).
+#[must_use]
+pub fn fresh_slots(graph: &Graph, node: NodeId) -> Vec<String> {
+    let Some(Value::List(items) | Value::Tuple(items)) = graph.node(node).kwarg(FRESH_SLOTS) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|v| match v {
+            Value::Str(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect::<Option<Vec<String>>>()
+        .unwrap_or_default()
 }
 
 /// The groups recorded under [`ALIAS_GROUPS`]; `None` when there is no

@@ -6,8 +6,8 @@
 //! rotary-embedding-on-split-qkv case where Inductor keeps one clone per slice.
 
 use super::call::{
-    alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
-    Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
+    alias_groups, collect_nodes, fresh_slots, is_ir_only_kwarg, mutable_op, return_alias_args,
+    return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall, Rule};
 use crate::ir::{ArgType, Graph, NodeId, Value};
@@ -141,6 +141,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         return_aliases,
         read_nodes,
         alias_groups: alias_groups(graph, node),
+        fresh_slots: fresh_slots(graph, node),
     })
 }
 

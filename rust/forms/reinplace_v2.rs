@@ -4,8 +4,8 @@
 //! regenerated on its base exactly as torch's own dense implementation does.
 
 use super::call::{
-    alias_groups, collect_nodes, is_ir_only_kwarg, mutable_op, return_alias_args, return_slots,
-    Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
+    alias_groups, collect_nodes, fresh_slots, is_ir_only_kwarg, mutable_op, return_alias_args,
+    return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall, Rule};
 use crate::ir::{ArgType, Graph, NodeId, SchemaArg, Value};
@@ -264,6 +264,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
         return_aliases,
         read_nodes,
         alias_groups: alias_groups(graph, node),
+        fresh_slots: fresh_slots(graph, node),
     })
 }
 

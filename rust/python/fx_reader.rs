@@ -209,6 +209,7 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
     let ops = py.import("torch._ops")?;
     let encode = py.import("fxrewrite.encode")?;
     let groups_key = encode.getattr("ALIAS_GROUPS_META")?;
+    let fresh_key = encode.getattr("FRESH_SLOTS_META")?;
     let mut r = Reader {
         types: Types {
             node: py.import("torch.fx")?.getattr("Node")?,
@@ -259,6 +260,18 @@ pub fn read<'py>(graph: &Bound<'py, PyAny>, meta: MetaMode, sources: bool) -> Py
                             .map(|g| Value::List(g.into_iter().map(Value::Str).collect()))
                             .collect(),
                     ),
+                ));
+            }
+        }
+        if node_meta.contains(&fresh_key)? {
+            let fresh = r
+                .encode
+                .call_method1("fresh_slots", (&n,))?
+                .extract::<Vec<String>>()?;
+            if !fresh.is_empty() {
+                kwargs.push((
+                    crate::forms::call::FRESH_SLOTS.to_string(),
+                    Value::List(fresh.into_iter().map(Value::Str).collect()),
                 ));
             }
         }

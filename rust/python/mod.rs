@@ -346,6 +346,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(v2_written_views, m)?)?;
     m.add("__version__", crate::ENGINE_VERSION)?;
     m.add("ALIAS_GROUPS", crate::forms::call::ALIAS_GROUPS)?;
+    m.add("FRESH_SLOTS", crate::forms::call::FRESH_SLOTS)?;
     m.add(
         "REPLACED_BEFORE_LOWERING",
         crate::plan::apply::REPLACED_BEFORE_LOWERING.to_vec(),
@@ -354,6 +355,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "IR_ONLY_KWARGS",
         (
             crate::forms::call::ALIAS_GROUPS,
+            crate::forms::call::FRESH_SLOTS,
             crate::forms::call::LEGACY_USER_ALIASED_READS,
         ),
     )?;
