@@ -8,7 +8,9 @@ Use it in a compile::
 (``torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_``
 alone also works: it leaves calls whose arguments share memory to Inductor.)
 
-or directly on a post-grad graph::
+``fxrewrite.last_report()`` then is the report of the latest graph compiled
+with it in this process (also when Inductor's FX graph cache served the
+graph; ``fxrewrite.reports()``: all of them). Or directly on a post-grad graph::
 
     report = fxrewrite.rewrite(gm.graph)
     print(report.summary())
@@ -31,7 +33,7 @@ from ._core import (
     UnsupportedGraphError,
     VersionError,
 )
-from .report import CloneNote, Decision, Report
+from .report import CloneNote, Decision, Report, last_report, reports
 
 if TYPE_CHECKING:
     from ._install import Installation, install
@@ -77,9 +79,11 @@ __all__ = [
     "__version__",
     "compose",
     "install",
+    "last_report",
     "load",
     "pass_",
     "pre_pass",
+    "reports",
     "rewrite",
     "save",
 ]

@@ -51,7 +51,8 @@ class Installation:
 
     Attributes:
         pass_: the rewrite pass in the compile: its ``last_report`` and
-            ``reports`` say what it did.
+            ``reports`` say what it did (``fxrewrite.last_report()`` too,
+            whichever pass object ran).
     """
 
     def __init__(

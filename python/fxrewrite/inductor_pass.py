@@ -14,17 +14,18 @@ import hashlib
 import itertools
 import logging
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _core
+from . import _core, _graph_cache
 from ._build_id import native_build_id, python_sources_id
 from .leave import leave_from_env, op_names
 from .pipeline import rewrite_tracking_changes, strict_from_env
-from .report import Report
+from .report import Report, record
 
 __all__ = ["ComposedPass", "Pass", "compose", "pass_", "passes_of"]
 
@@ -56,11 +57,12 @@ def _save_stem(graph_id: tuple[str, int]) -> str:
     return f"{os.getpid()}-compile{compile_id.replace('/', '_')}-graph{n}"
 
 
-def _log_ran(graph_id: tuple[str, int], report: Report) -> None:
+def _log_ran(graph_id: tuple[str, int], report: Report, cached_from: int | None = None) -> None:
     """The one INFO line per graph that says the pass ran, in the process
     that compiled it: engines compile in spawned workers, where the pass
     object's ``reports`` are not the launching process's (``TORCH_LOGS=fxrewrite``
-    shows it in every process)."""
+    shows it in every process). A graph served by Inductor's FX graph cache
+    (``cached_from``: the pid that rewrote it) gets the same line, marked."""
     compile_id, n = graph_id
     if report.error:
         outcome = f"graph left untouched ({report.error})"
@@ -69,6 +71,8 @@ def _log_ran(graph_id: tuple[str, int], report: Report) -> None:
             f"{report.found} auto_functionalized nodes, {report.found - len(report.left)} rewritten, "
             f"{len(report.left)} left, {len(report.clones)} copies"
         )
+    if cached_from is not None:
+        outcome += f" (from Inductor's FX graph cache: the rewrite pid {cached_from} made is in effect)"
     log.info(
         "fxrewrite ran: pid %d, compile %s, graph %d, %d nodes: %s",
         os.getpid(),
@@ -77,6 +81,83 @@ def _log_ran(graph_id: tuple[str, int], report: Report) -> None:
         report.nodes,
         outcome,
     )
+
+
+#: The files ``FXREWRITE_SAVE_DIR`` gets per graph, after the stem.
+_SAVED_SUFFIXES = ("-before.fxir", "-after.fxir", ".html")
+
+
+def _saved_files(directory: str, stem: str) -> dict[str, bytes]:
+    """The files saved for ``stem``, by suffix, to go into the cache entry."""
+    out: dict[str, bytes] = {}
+    for suffix in _SAVED_SUFFIXES:
+        path = os.path.join(directory, stem + suffix)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                out[suffix] = f.read()
+    return out
+
+
+def _record_for_cache(
+    p: Pass, graph: torch.fx.Graph, report: Report, save_dir: str | None, stem: str
+) -> None:
+    """What goes into Inductor's cache entry of this graph (``_graph_cache``)."""
+    try:
+        _graph_cache.remember(
+            graph,
+            {
+                "version": 1,
+                "uuid": p.uuid(),
+                "pid": os.getpid(),
+                "stem": stem,
+                "report": pickle.dumps(report),
+                "files": _saved_files(save_dir, stem) if save_dir else {},
+            },
+        )
+    except Exception as e:
+        log.warning("fxrewrite: the FX graph cache entry will not say what fxrewrite did: %s", e)
+
+
+def _replay(entry: dict[str, Any]) -> None:
+    """A graph with fxrewrite's rewrite in it was served by Inductor's FX
+    graph cache (``_graph_cache``): what the pass did when it made that graph,
+    said again here, where the pass does not run: the log line (marked), the
+    report (``last_report()``, and the pass object of this configuration), the
+    structured-trace report and the ``FXREWRITE_SAVE_DIR`` files."""
+    report = pickle.loads(entry["report"])
+    if not isinstance(report, Report):
+        raise TypeError(f"a cached record holds {type(report).__name__}, not a Report")
+    report.from_cache = True
+    graph_id = _graph_id()
+    _log_ran(graph_id, report, cached_from=int(entry.get("pid", 0)))
+    save_dir = os.environ.get("FXREWRITE_SAVE_DIR")
+    if save_dir:
+        files: dict[str, bytes] = entry.get("files") or {}
+        if not files:
+            log.warning(
+                "fxrewrite: the cached graph %s was compiled without FXREWRITE_SAVE_DIR: nothing to save",
+                entry.get("stem") or "",
+            )
+        else:
+            stem = _save_stem(graph_id)
+            try:
+                os.makedirs(save_dir, exist_ok=True)
+                for suffix, data in files.items():
+                    with open(os.path.join(save_dir, stem + suffix), "wb") as f:
+                        f.write(data)
+            except OSError as e:
+                log.warning("fxrewrite could not save %s to %s: %s", stem, save_dir, e)
+    _trace(report)
+    record(report)
+    try:
+        import torch._inductor.config as inductor_config
+
+        for p in passes_of(inductor_config.post_grad_custom_post_pass, Pass):
+            if p.uuid() == entry.get("uuid"):
+                p._keep(report)
+                break
+    except Exception:  # the process-wide record above is the one that matters
+        pass
 
 
 def _save(graph: torch.fx.Graph, directory: str, stem: str) -> None:
@@ -316,6 +397,12 @@ class Pass(CustomGraphPass):
         _trace(report)
         if native is not None and report.error is None:
             _html(native, save_dir, stem)
+        _graph_cache.install_hooks()
+        _record_for_cache(self, graph, report, save_dir, stem)
+        record(report)
+        self._keep(report)
+
+    def _keep(self, report: Report) -> None:
         self.last_report = report
         self.reports.append(report)
         del self.reports[:-64]
@@ -333,9 +420,16 @@ class Pass(CustomGraphPass):
     def uuid(self) -> str:
         """Cache key: package version, native build, Python sources, rule set
         and configuration. Never None (None would turn Inductor's FX graph
-        cache off)."""
+        cache off). ``FXREWRITE_SAVE_DIR`` set or not is part of it (its path
+        is not): a cached graph then carries the saved files, which a cache
+        hit writes again (``_graph_cache``).
+
+        Inductor calls it before every cache lookup, in every process that
+        compiles: it also installs, once per process, what replays the
+        pass's log line and report when the cache serves a graph."""
         from . import __version__
 
+        _graph_cache.install_hooks()
         parts = [
             "fxrewrite",
             __version__,
@@ -345,6 +439,8 @@ class Pass(CustomGraphPass):
             f"strict={self._strict()}",
             "leave=" + ",".join(sorted({*self.leave, *leave_from_env()})),
         ]
+        if os.environ.get("FXREWRITE_SAVE_DIR"):
+            parts.append("save")
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 

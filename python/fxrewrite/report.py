@@ -9,12 +9,13 @@ presentation (totals, summary, JSON).
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._core import CloneNote, Decision
 
-__all__ = ["Action", "Cause", "CloneNote", "Decision", "Form", "Report"]
+__all__ = ["Action", "Cause", "CloneNote", "Decision", "Form", "Report", "last_report", "reports"]
 
 if TYPE_CHECKING:
     from ._core import Plan
@@ -37,6 +38,9 @@ class Report:
 
     ``error`` is set when the whole graph was left untouched because the pass
     failed (non-strict mode); the graph then goes to Inductor's own passes.
+    ``from_cache`` is set when Inductor's FX graph cache served the graph: the
+    pass did not run in this compile; the report is the one of the compile
+    that made the cached graph (the graph that runs is that one).
     """
 
     nodes: int = 0
@@ -49,6 +53,7 @@ class Report:
     realized: int = 0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    from_cache: bool = False
 
     @classmethod
     def from_plan(cls, plan: Plan) -> Report:
@@ -146,8 +151,8 @@ class Report:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
+        """A JSON-ready dict (``from_cache`` only when true)."""
+        out: dict[str, Any] = {
             "nodes": self.nodes,
             "decisions": [d.to_dict() for d in self.decisions],
             "writebacks_removed": self.writebacks_removed,
@@ -155,7 +160,35 @@ class Report:
             "error": self.error,
             "timings": dict(self.timings),
         }
+        if self.from_cache:
+            out["from_cache"] = True
+        return out
 
     def to_json(self) -> str:
         """The report as JSON text."""
         return json.dumps(self.to_dict(), indent=2)
+
+
+#: The reports of this process, oldest first: every graph any fxrewrite pass
+#: object rewrote, and every graph Inductor's FX graph cache served with
+#: fxrewrite's rewrite in it. Bounded; a deque appends atomically.
+_REPORTS: deque[Report] = deque(maxlen=1024)
+
+
+def record(report: Report) -> None:
+    """Adds ``report`` to this process's reports (the pass calls it)."""
+    _REPORTS.append(report)
+
+
+def last_report() -> Report | None:
+    """The most recent report of this process, whichever pass object made it
+    (``fxrewrite.pass_``, ``install()``'s, ``install(strict=True)``'s, vLLM's),
+    or restored from Inductor's FX graph cache (``Report.from_cache``); None
+    when no graph was compiled with fxrewrite here. Compiles in other
+    processes (a serving engine's workers) report there."""
+    return _REPORTS[-1] if _REPORTS else None
+
+
+def reports() -> list[Report]:
+    """All reports of this process, oldest first (the latest 1024)."""
+    return list(_REPORTS)
