@@ -1072,11 +1072,73 @@ def _draw_shared_call(draw: Any, sh: _Shadows) -> list[Step]:
     return steps
 
 
+def _draw_qkv_rotary(draw: Any, sh: _Shadows) -> list[Step]:
+    """vLLM's attention block: ``qkv`` from an out= call, split along its
+    last dimension, a rotary writing two of the splits in place, then
+    ``qkv`` split again for the readers (in v1 the rotary's writes come back
+    as scatters into ``qkv``, read through the second split)."""
+    cands = [
+        v for v in sh.plain() if sh.t[v].dim() >= 2 and sh.t[v].shape[-1] % 2 == 0 and sh.t[v].numel() >= 1
+    ]
+    if not cands:
+        return []
+    a = _pick(draw, cands, prefer_recent=True)
+    b = int(draw(st.sampled_from(_same_shape(sh, a))))
+    qkv = sh.add_fresh(torch.empty_like(sh.t[a]))
+    steps: list[Step] = [("out_add", a, b)]
+    dim = sh.t[qkv].dim() - 1
+    size = sh.t[qkv].shape[-1] // 2 if draw(st.booleans()) else max(1, sh.t[qkv].shape[-1] // 4)
+    count = -(-sh.t[qkv].shape[-1] // size)
+    first_part = len(sh)
+    for part in sh.t[qkv].split(size, dim):
+        sh.add(part)
+    steps.append(("split", qkv, dim, size, count))
+    c = int(draw(st.sampled_from(sh.plain())))
+    steps.append(("rot_", first_part, first_part + 1, c))
+    again = len(sh)
+    for part in sh.t[qkv].split(size, dim):
+        sh.add(part)
+    steps.append(("split", qkv, dim, size, count))
+    reader = _draw_step(draw, sh, "unary", target=again + int(draw(st.integers(0, count - 1))))
+    if reader is not None:
+        steps.append(reader)
+    return steps
+
+
+def _draw_scatter_then_writeback(draw: Any, sh: _Shadows) -> list[Step]:
+    """A graph input written through a row or column (a scatter into its
+    new value), the new value read (realizing the scatter), then the input
+    written again as a whole (its write-back ``copy_`` follows)."""
+    cands = [v for v in sh.plain() if sh.aliases_input(v) and sh.t[v].dim() >= 2 and sh.t[v].numel() >= 1]
+    if not cands:
+        return []
+    x = _pick(draw, cands, prefer_recent=False)
+    dim = int(draw(st.integers(0, sh.t[x].dim() - 1)))
+    i = int(draw(st.integers(0, sh.t[x].shape[dim] - 1)))
+    sel = sh.add(sh.t[x].select(dim, i))
+    steps: list[Step] = [("select", x, dim, i), ("scale_", sel, draw(st.sampled_from(SCALES)))]
+    reader = _draw_step(draw, sh, "unary", target=x)
+    if reader is not None:
+        steps.append(reader)
+    steps.append(("scale_", x, draw(st.sampled_from(SCALES))))
+    return steps
+
+
+#: The patterns of issues drawn as one step kind each (``issue_shapes``).
+_ISSUE_PATTERNS = ("qkv_rotary", "scatter_writeback", "shared_call")
+
+
 @st.composite
-def programs(draw: Any, min_steps: int = 3, max_steps: int = 10, sharing: bool = False) -> Program:
+def programs(
+    draw: Any, min_steps: int = 3, max_steps: int = 10, sharing: bool = False, issue_shapes: bool = False
+) -> Program:
     """A random program: 2-3 inputs, ``min_steps``..``max_steps`` steps
     (one more or two when the last is an old-reader pattern). With
-    ``sharing``, a third of the steps are sharing calls (``_draw_shared_call``)."""
+    ``sharing``, a third of the steps are sharing calls (``_draw_shared_call``).
+    With ``issue_shapes``, the patterns issues named are drawn too: a list
+    holding a tensor and one of its rows or columns, or a user's clone
+    (``_draw_shared_call``), vLLM's qkv rotary (``_draw_qkv_rotary``), a
+    realized scatter then an input write-back (``_draw_scatter_then_writeback``)."""
     n_inputs = draw(st.integers(2, 3))
     shapes = tuple(draw(st.sampled_from(INPUT_SHAPES)) for _ in range(n_inputs))
     # Contiguous inputs three times out of four.
@@ -1088,7 +1150,14 @@ def programs(draw: Any, min_steps: int = 3, max_steps: int = 10, sharing: bool =
     steps: list[Step] = []
     wanted: list[int] = []
     while len(steps) < n_steps:
-        kind = draw(st.sampled_from(STEP_KINDS + ("shared_call",) * (len(STEP_KINDS) // 2 if sharing else 0)))
+        kinds = STEP_KINDS + ("shared_call",) * (len(STEP_KINDS) // 2 if sharing else 0)
+        kind = draw(st.sampled_from(kinds + (_ISSUE_PATTERNS * 3 if issue_shapes else ())))
+        if kind == "qkv_rotary":
+            steps.extend(_draw_qkv_rotary(draw, sh))
+            continue
+        if kind == "scatter_writeback":
+            steps.extend(_draw_scatter_then_writeback(draw, sh))
+            continue
         if kind == "shared_call":
             steps.extend(_draw_shared_call(draw, sh))
             continue
