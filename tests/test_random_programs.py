@@ -754,13 +754,20 @@ def silently_wrong_where_inductor_raises(program: Program, problem: str | None, 
 
 def check_full(program: Program, v2: bool, dynamic: bool) -> None:
     """The full compile with fxrewrite matches eager, or Inductor alone is
-    wrong on the program too (then the example is rejected, and recorded)."""
+    wrong on the program too (then the example is rejected, and recorded).
+    Never rejected: Inductor alone raising where fxrewrite is silently
+    wrong (the campaign's *Inductor crash, fxrewrite wrong*): a loud
+    failure turned into a wrong answer is a failure."""
     expected = eager(program)
     problem = full_compile(program, expected, v2, dynamic)
     if problem is None:
         return
     alone = full_compile(program, expected, v2, dynamic, with_fxrewrite=False)
     form = f"v{2 if v2 else 1}{' dynamic' if dynamic else ''}"
+    if alone is not None and silently_wrong_where_inductor_raises(program, problem, alone):
+        raise AssertionError(
+            f"Inductor alone raises ({form}), compiled with fxrewrite it is silently wrong: {problem}"
+        )
     if alone is not None:
         _note(f"Inductor alone is wrong too: {alone}")
         _record(f"full compile discarded, Inductor alone is wrong too ({form}): {program!r}")
@@ -1453,3 +1460,19 @@ of the scatter (``tests/test_realize_marker.py``)."""
 def test_regression_a_column_of_a_realized_scatter_is_written_in_place() -> None:
     program = SELECT_OF_A_REALIZED_SCATTER
     assert full_compile(program, eager(program), False, False, install="full") is None
+
+
+def test_check_full_fails_where_inductor_alone_raises_and_fxrewrite_is_silently_wrong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``check_full`` rejects a program only where Inductor alone is wrong
+    too, never where it fails loudly and fxrewrite gives a wrong answer."""
+    program = HANDPICKED[0]
+    verdicts = {True: "output 0 differs: 1.0 != 2.0", False: "raised: InductorError: boom"}
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "full_compile",
+        lambda _p, _e, _v2, _d, *, with_fxrewrite=True, **_kw: verdicts[with_fxrewrite],
+    )
+    with pytest.raises(AssertionError, match="silently wrong"):
+        check_full(program, True, False)
