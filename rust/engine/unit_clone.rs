@@ -577,6 +577,28 @@ mod tests {
     }
 
     #[test]
+    fn a_member_every_slot_of_which_held_a_clone_is_copied_by_a_plain_clone() {
+        on_one_memory_call(|cx, call, _, af, t| {
+            let with = |fresh: &[&str]| {
+                let mut c = call.clone();
+                c.fresh_slots = fresh.iter().map(|s| (*s).to_string()).collect();
+                c
+            };
+            assert!(!cx.holds_a_deleted_clone(call, t), "no record");
+            assert!(
+                !cx.holds_a_deleted_clone(&with(&["out"]), t),
+                "`x` holds `t` too"
+            );
+            assert!(cx.holds_a_deleted_clone(&with(&["out", "x"]), t));
+            let made = cx.emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
+            assert!(
+                matches!(made[..], [(m, ValueRef::New(_))] if m == t),
+                "one new value"
+            );
+        });
+    }
+
+    #[test]
     fn a_cloned_buffer_with_no_copy_is_an_internal_error_never_the_real_buffer() {
         on_one_memory_call(|cx, call, sharing, af, _| {
             let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
