@@ -10,7 +10,7 @@ of ``benches/make_graphs.py``: what the stable-ABI (abi3) build can cost.
 
 Medians of process CPU time. To compare builds, install each wheel in turn
 (``pip install --force-reinstall --no-deps WHEEL``) and run this script on
-each; the README's "Install" section has the numbers.
+each; docs/install.md ("What the stable ABI costs") has the numbers.
 """
 
 from __future__ import annotations

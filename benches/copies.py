@@ -1,5 +1,5 @@
 """Clones and ``copy_`` write-backs left by Inductor's passes versus by
-fxrewrite on the test suite's programs, both forms, printed as the README's
+fxrewrite on the test suite's programs, both forms, printed as docs/correctness.md's
 Markdown table.
 
     python benches/copies.py

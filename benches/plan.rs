@@ -6,7 +6,7 @@
 //!
 //! Peak memory: the bench counts heap allocations (`peak_alloc`, a counting
 //! wrapper around the system allocator) and prints, per graph, the peak heap the engine adds
-//! during one plan, in total and per node: the figure the README reports
+//! during one plan, in total and per node: the figure docs/speed.md reports
 //! beside the time per node.
 
 #[allow(dead_code)]

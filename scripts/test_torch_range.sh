@@ -10,7 +10,7 @@
 # run on the CPU), made on the first run and reused after (a stamp of what it holds). The
 # package is the release wheel of scripts/build_wheel.sh (abi3, built once for all versions),
 # installed into each environment with --no-deps: the command line tests start `python -m
-# fxrewrite` with only tests/ on PYTHONPATH. Not part of scripts/test.sh: see README "Tested versions".
+# fxrewrite` with only tests/ on PYTHONPATH. Not part of scripts/test.sh: see docs/versions.md.
 set -euo pipefail
 case "${1:-}" in
     -h | --help)

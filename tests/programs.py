@@ -1,5 +1,5 @@
 """Small programs on the `fxr_test` custom ops (defined in conftest.py), shared by
-the copy-count tests and the comparison table of the README."""
+the copy-count tests and the comparison table of docs/correctness.md."""
 
 from __future__ import annotations
 

@@ -237,7 +237,7 @@ def test_list_form_of_the_custom_post_pass_and_compose():
 
 
 def test_lite_mode_runs_no_post_grad_pass():
-    # README, "Inductor's lite mode": mode="lite" turns the post-grad passes
+    # docs/usage.md, "Inductor's lite mode": mode="lite" turns the post-grad passes
     # off, the custom one among them. The v1 form still compiles: Inductor
     # runs auto_functionalized as a fallback kernel (cloning what it writes).
     if "lite" not in torch._inductor.list_mode_options():

@@ -240,9 +240,10 @@ def test_the_documented_configurations_resolve_to_fxrewrites_passes():
     import json
     import re
 
-    texts = [(S.ROOT / f).read_text() for f in ("README.md", "docs/replacing-fix-functionalization.md")]
+    docs = ("README.md", "docs/vllm.md", "docs/replacing-fix-functionalization.md")
+    texts = [(S.ROOT / f).read_text() for f in docs]
     configs = [json.loads(m) for t in texts for m in re.findall(r"--compilation-config '([^']*)'", t)]
-    assert len(configs) == 2
+    assert len(configs) == 3
     names: set[str] = set()
     for c in configs:
         names |= set(c["inductor_passes"].values())
