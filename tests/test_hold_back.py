@@ -10,6 +10,7 @@ bitwise (or both raise): the one line never differs from it there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +116,34 @@ def _compile_run(
     return "ok", (tuple(o.clone() for o in out), a0)
 
 
+def _generated_code(
+    fn: Callable[..., Any],
+    inputs: Callable[[], list[Tensor]],
+    *,
+    v2: bool,
+    dynamic: bool,
+    the_pass: Any,
+    pre: Any = None,
+) -> list[str]:
+    """The code Inductor generates for ``fn`` (one source per compiled
+    graph), without the line naming the compile's AOT id, or the exception
+    type when the compile raises."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(
+        post_grad_custom_post_pass=the_pass,
+        joint_custom_pre_pass=pre,
+        fx_graph_cache=False,
+        enable_auto_functionalized_v2=v2,
+    ):
+        try:
+            _, sources = run_and_get_code(torch.compile(fn, fullgraph=True, dynamic=dynamic), *inputs())
+        except Exception as e:
+            return [f"raised {type(e).__name__}"]
+    return [re.sub(r"^# AOT ID: .*$", "", src, flags=re.M) for src in sources]
+
+
 def _bitwise(a: Any, b: Any) -> bool:
     if isinstance(a, Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
@@ -159,6 +188,13 @@ def test_the_one_line_equals_inductor_alone_where_it_holds_back(name: str, v2: b
         alone = _compile_run(fn, shape, v2=v2, dynamic=dynamic, the_pass=None)
         assert ours[0] == alone[0], f"with the one line: {ours[1]}, Inductor alone: {alone[1]}"
         assert _bitwise(ours[1], alone[1]), "the one line differs from Inductor alone"
+        # Exactly Inductor alone's program: the same generated code, not
+        # only the same values on one input.
+        inputs = lambda: [torch.arange(float(torch.Size(shape).numel())).reshape(shape) / 7]  # noqa: E731
+        kw: dict[str, Any] = {"v2": v2, "dynamic": dynamic}
+        assert _generated_code(fn, inputs, the_pass=fxrewrite.Pass(), **kw) == _generated_code(
+            fn, inputs, the_pass=None, **kw
+        ), "held back, yet Inductor generates other code than alone"
     else:
         assert ours[0] == "ok", ours[1]
         assert _close(ours[1], _eager(fn, shape)), "the one line differs from eager"
@@ -271,6 +307,12 @@ def test_issue_30_programs_are_right_in_both_installs(
         alone = compiled(None, None)
         assert ours[0] == alone[0], (ours, alone)
         assert _bitwise(ours[1], alone[1]), "held back, and still not Inductor alone's program"
+        kw: dict[str, Any] = {"v2": v2, "dynamic": dynamic}
+        pre = fxrewrite.pre_pass if install == "full" else None
+        ours_code = _generated_code(fn, lambda: _inputs(shapes), the_pass=fxrewrite.Pass(), pre=pre, **kw)
+        assert ours_code == _generated_code(fn, lambda: _inputs(shapes), the_pass=None, **kw), (
+            "held back, yet Inductor generates other code than alone"
+        )
         return
     if ours[0] == "ok" and _close(ours[1][0], want) and _close(ours[1][1], tuple(want_in)):
         return
