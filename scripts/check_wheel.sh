@@ -7,7 +7,9 @@
 # with --locked): it must hold all the source and lock file a build from it needs.
 # Either wheel is then installed with --no-deps into a small virtual environment per supported
 # Python, where the command line tool runs on the committed fixtures (inspect, check, explain
-# --json). Those environments have no torch: on .fxir files the tool must not need it.
+# --json). Those environments have no torch: on .fxir files the tool must not need it. With
+# --sdist, the wheel pip built (as `pip install .` builds one) is also tried as the pass, with
+# the torch of the project's .venv.
 #   bash scripts/check_wheel.sh            # the release wheel; scripts/test.sh calls it
 #   bash scripts/check_wheel.sh --sdist    # the sdist; scripts/test.sh calls it too
 #   FXREWRITE_WHEEL_PYTHONS="3.10 3.13" bash scripts/check_wheel.sh
@@ -222,3 +224,50 @@ for v in $VERSIONS; do
     (smoke "$venv")
     echo "ok: python$v ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')): inspect, check, explain --json"
 done
+
+# A user's `pip install .` builds from the source tree exactly as pip builds the sdist above
+# (maturin from PyPI, build isolation). The wheel it made must also work as the pass: a fresh
+# venv with that wheel, torch taken from the project's environment by a .pth (no second 6 GiB
+# install; that environment's own .pth files, its editable fxrewrite among them, are not read),
+# compiles a program on a mutating custom op with `fxrewrite.pass_` and gets eager's values.
+if [ "$MODE" = sdist ] && [ -x "$ROOT/.venv/bin/python" ]; then
+    v=""
+    venv="$OUT/with-torch"
+    "$ROOT/.venv/bin/python" -m venv --without-pip "$venv"
+    purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    "$ROOT/.venv/bin/python" -c "$purelib" >"$("$venv/bin/python" -c "$purelib")/project-torch.pth"
+    "$BUILD_PY" -m pip --python "$venv/bin/python" install --quiet --no-deps --no-index "$WHEEL"
+    (
+        cd "$venv"
+        unset PYTHONPATH
+        "$venv/bin/python" - "$venv" <<'EOF'
+import sys
+
+import torch
+
+import fxrewrite
+
+assert fxrewrite.__file__.startswith(sys.argv[1]), fxrewrite.__file__
+
+
+@torch.library.custom_op("wheelcheck::scale_", mutates_args=("x",))
+def scale_(x: torch.Tensor, s: float) -> None:
+    x.mul_(s)
+
+
+def f(a: torch.Tensor) -> torch.Tensor:
+    t = a + 1
+    scale_(t, 2.0)
+    return t
+
+
+torch._inductor.config.post_grad_custom_post_pass = fxrewrite.pass_
+torch._inductor.config.fx_graph_cache = False
+a = torch.arange(6.0)
+assert torch.equal(torch.compile(f)(a), f(a))
+report = fxrewrite.last_report()
+assert report is not None and report.reinplaced == 1, report
+EOF
+    )
+    echo "ok: the wheel pip built, with the project's torch: fxrewrite.pass_ rewrote a compile"
+fi
