@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch._dynamo
 from torch import Tensor
@@ -83,7 +84,8 @@ def test_torch_still_drops_a_mark_on_a_view_scatter(monkeypatch: Any) -> None:
     assert lowered.get("aten.select_scatter.default") is False
 
 
-def test_a_column_of_a_scattered_input_is_written_in_place() -> None:
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_column_of_a_scattered_input_is_written_in_place(dynamic: bool) -> None:
     """The call writes column 3 of the input's new value (a ``select_scatter``
     that is then copied back into the input): in place, with eager's layout,
     and no copy of the column in the generated code."""
@@ -100,7 +102,9 @@ def test_a_column_of_a_scattered_input_is_written_in_place() -> None:
             enable_auto_functionalized_v2=v2,
             fx_graph_cache=False,
         ):
-            compiled = torch.compile(column_of_a_scattered_input, backend="inductor", fullgraph=True)
+            compiled = torch.compile(
+                column_of_a_scattered_input, backend="inductor", fullgraph=True, dynamic=dynamic
+            )
             got, (code,) = run_and_get_code(compiled, got_a)
         assert torch.equal(got, expected)
         assert torch.equal(got_a, expected_a)

@@ -70,7 +70,7 @@ PROGRAMS: dict[str, Callable[[Tensor], tuple[Tensor, ...]]] = {
 }
 
 
-def _compile(fn: Any, v2: bool, with_fxrewrite: bool) -> tuple[Any, GeneratedCopies]:
+def _compile(fn: Any, v2: bool, with_fxrewrite: bool, dynamic: bool) -> tuple[Any, GeneratedCopies]:
     torch._dynamo.reset()
     a0 = torch.arange(24.0).reshape(4, 6)
     the_pass = fxrewrite.Pass(strict=True) if with_fxrewrite else None
@@ -82,21 +82,24 @@ def _compile(fn: Any, v2: bool, with_fxrewrite: bool) -> tuple[Any, GeneratedCop
         count_generated_copies() as counted,
     ):
         try:
-            out = torch.compile(fn, fullgraph=True)(a0)
+            out = torch.compile(fn, fullgraph=True, dynamic=dynamic)(a0)
         except Exception as e:
             return ("raised", type(e).__name__), copies
     copies.nodes, copies.calls, copies.bytes = counted.nodes, counted.calls, counted.bytes
     return ("ok", (out, a0)), copies
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("v2", [True, False], ids=["v2", "v1"])
 @pytest.mark.parametrize("name", list(PROGRAMS))
-def test_an_input_written_through_a_view_then_by_a_call_costs_no_more_copies(name: str, v2: bool) -> None:
+def test_an_input_written_through_a_view_then_by_a_call_costs_no_more_copies(
+    name: str, v2: bool, dynamic: bool
+) -> None:
     fn = PROGRAMS[name]
     want_in = torch.arange(24.0).reshape(4, 6)
     want = fn(want_in)
-    ours, our_copies = _compile(fn, v2, True)
-    theirs, their_copies = _compile(fn, v2, False)
+    ours, our_copies = _compile(fn, v2, True, dynamic)
+    theirs, their_copies = _compile(fn, v2, False, dynamic)
     assert ours[0] == "ok", ours
     (out, a0) = ours[1]
     for got, exp in zip(out, want, strict=True):
