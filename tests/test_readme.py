@@ -182,3 +182,47 @@ def test_the_two_commands_ci_runs_are_in_the_readme_verbatim():
     lines = [re.sub(r"\s+#.*$", "", line).strip() for line in blocks[0].splitlines()]
     assert lines == ["bash scripts/setup.sh", "bash scripts/test.sh"], lines
     assert "bash scripts/test.sh" in _text(ROOT / ".ci" / "run").splitlines()
+
+
+def _campaign_totals() -> dict[str, int]:
+    """The sums of docs/campaign.md's rows, by column name."""
+    text = (ROOT / "docs" / "campaign.md").read_text()
+    header: list[str] = []
+    totals: dict[str, int] = {}
+    runs: set[tuple[str, str, str]] = set()
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| date |"):
+            header = cells
+            continue
+        if not header or not line.startswith("| 20") or len(cells) != len(header):
+            continue
+        row = dict(zip(header, cells, strict=True))
+        runs.add((row["date"], row["commit"], row["seeds"]))
+        for name, value in row.items():
+            if value.isdigit():
+                totals[name] = totals.get(name, 0) + int(value)
+    totals["runs"] = len(runs)
+    return totals
+
+
+def test_the_readme_campaign_figures_are_the_sums_of_docs_campaign_rows() -> None:
+    """The README's campaign totals are what docs/campaign.md's rows add up
+    to: a new run's rows without the README's figures updated fails here."""
+    t = _campaign_totals()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    n = lambda v: f"{v:,}"  # noqa: E731
+    assert t["programs"] % 4 == 0, t
+    expected = [
+        f"{n(t['programs'] // 4)} programs per install and form",
+        f"{n(t['programs'])} compiles with fxrewrite",
+        f"{n(t['right'])} right",
+        f"{n(t['both wrong'])} on which Inductor alone fails too",
+        f"{n(t['fixes'])} fixed",
+        f"{n(t['copies fxrewrite'])} against Inductor alone's {n(t['copies Inductor'])}",
+        f"{n(t['more copies'])} compiles copy more",
+        f"**{n(t['fxrewrite wrong'])} wrong where Inductor alone is right**",
+        f"{n(t['held back differs'])} held-back graphs that differ",
+    ]
+    missing = [e for e in expected if e not in readme]
+    assert not missing, f"README's campaign figures are not docs/campaign.md's sums: {missing}"
