@@ -603,3 +603,21 @@ def test_inspect_says_where_the_graph_stands(saved, tmp_path):
     assert row["stage"] == "after fxrewrite"
     (after,) = saved.glob("*-after.fxir")
     assert f"{after}: after fxrewrite:" in run("inspect", str(after)).stdout
+
+
+def test_demo_shows_a_copy_inductor_keeps_and_fxrewrite_does_not():
+    """The demo's point: in the v1 form (vLLM's), Inductor alone clones the q
+    and k slices the rotary writes (2 per layer); fxrewrite clones none. Both
+    agree with eager."""
+    out = run("demo", "--layers", "2", timeout=120).stdout
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(
+            r"(Inductor alone|Inductor \+ fxrewrite)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+ ms\s+(\w+)$", line
+        )
+        if m:
+            rows[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))
+    assert set(rows) == {"Inductor alone", "Inductor + fxrewrite"}, out
+    assert rows["Inductor alone"][2] == 4 and rows["Inductor + fxrewrite"][2] == 0, out
+    assert all(r[0] == r[1] and r[3] == "yes" for r in rows.values()), out
+    assert "v1 form" in out and "copies a tensor 4 times per forward" in out, out

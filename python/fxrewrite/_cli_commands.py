@@ -210,4 +210,4 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return EXIT_OK if run_demo(layers=args.layers, tokens=args.tokens) else EXIT_REMAIN
+    return EXIT_OK if run_demo(layers=args.layers, tokens=args.tokens, v2=args.v2) else EXIT_REMAIN

@@ -163,13 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         "compile a small decoder on mutating custom ops with and without fxrewrite",
         "Builds a small decoder on mutating custom ops (rms_norm into an out buffer, fused add+rms_norm, "
-        "silu_and_mul), compiles it on the CPU with plain Inductor and with fxrewrite, checks both against "
-        "eager and prints what the post-grad passes did.",
-        ["fxrewrite demo", "fxrewrite demo --layers 8 --tokens 16"],
+        "a rotary embedding writing in place into the q and k slices of the qkv projection, silu_and_mul), "
+        "compiles it on the CPU with plain Inductor and with fxrewrite, checks both against eager and prints "
+        "what the post-grad passes did: the auto_functionalized nodes and the clones each leaves. It compiles "
+        "in the v1 form vLLM and SGLang use (enable_auto_functionalized_v2=False), where Inductor alone "
+        "copies q and k before the rotary writes them and fxrewrite does not; --v2 for torch's default form.",
+        ["fxrewrite demo", "fxrewrite demo --layers 8 --tokens 16", "fxrewrite demo --v2"],
         _cmd_demo,
     )
     d.add_argument("--layers", type=_positive, default=4, help="decoder layers (default 4)")
     d.add_argument("--tokens", type=_positive, default=8, help="tokens in the batch (default 8)")
+    d.add_argument(
+        "--v2",
+        action="store_true",
+        help="compile in the auto_functionalized_v2 form (torch's default) instead of v1",
+    )
     i = _sub(
         sub,
         "inspect",
