@@ -236,8 +236,17 @@ def test_load_names_a_missing_operator(tmp_path, saved):
         targets = [(n.replace("fxr_cli::write_rows_", "fxr_gone::write_rows"), k, s) for n, k, s in targets]
         f = tmp_path / "gone.fxir"
         f.write_bytes(fxrewrite._core.Graph.from_parts(targets, nodes).write([]))
-        with pytest.raises(fxrewrite.FxrewriteError, match="fxr_gone::write_rows"):
+        with pytest.raises(fxrewrite.FxrewriteError, match="fxr_gone::write_rows") as caught:
             fxrewrite.load(f)
+        # The node is named (the auto_functionalized node taking the operator
+        # as its argument, not "?"), with the full operator name and the hint.
+        message = str(caught.value)
+        assert "node ?" not in message, message
+        assert re.search(
+            r"node auto_functionalized\w* takes as argument the operator fxr_gone::write_rows\.default",
+            message,
+        ), message
+        assert "registers the 'fxr_gone' operators" in message and "--import MODULE" in message, message
 
 
 def test_export_archive(tmp_path):
@@ -509,3 +518,106 @@ def test_every_hint_is_a_command_that_works(tmp_path):
     junk.write_bytes(b"not a zip")
     err = run("inspect", str(junk), check_rc=2).stderr
     assert "not a torch.export archive (not a zip file)" in err and "--import" not in err
+
+
+#: FIXTURE: a saved graph (v2 form, before fxrewrite) that the tool reads without torch.
+FIXTURE = TESTS / "data" / "cli_model_v2.fxir"
+
+#: Runs the tool as its console script does: ``sys.path`` starts with the
+#: script's own directory, not the current one (``python -m`` and ``python -c``
+#: would put the current directory first and hide the problem). A script in a
+#: directory of its own is the faithful stand-in (``python -P``, also without
+#: the current directory, needs Python 3.11; the console script in the venv
+#: would import fxrewrite from wherever it is installed, not this checkout).
+CONSOLE_SCRIPT = """\
+import os, sys
+assert os.getcwd() not in sys.path and "" not in sys.path, sys.path
+if os.environ.get("HIDE_NUMPY"):
+    sys.modules["numpy"] = None  # as if numpy were not installed
+from fxrewrite.cli import main
+sys.exit(main())
+"""
+
+
+def run_console_script(tmp_path: Path, cwd: Path, *args: str, env: dict[str, str] | None = None):
+    script = tmp_path / "bin" / "fxrewrite_console.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(CONSOLE_SCRIPT)
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=SUBPROCESS_PYTHONPATH, **(env or {})),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_version():
+    p = run("--version")
+    assert p.stdout.strip().startswith(f"fxrewrite {fxrewrite.__version__}"), p.stdout
+    assert "--version" in run("--help").stdout
+
+
+def test_import_finds_a_module_in_the_current_directory(tmp_path):
+    work = tmp_path / "mylib_project"
+    work.mkdir()
+    (work / "fxr_cwd_lib.py").write_text("from pathlib import Path\nPath('imported').write_text('yes')\n")
+    p = run_console_script(tmp_path, work, "check", str(FIXTURE), "--import", "fxr_cwd_lib")
+    assert p.returncode == 0, p.stderr
+    assert (work / "imported").read_text() == "yes"
+    # Still one line, exit 2, for a module that is nowhere.
+    p = run_console_script(tmp_path, work, "check", str(FIXTURE), "--import", "fxr_no_such_lib")
+    assert p.returncode == 2 and "ModuleNotFoundError" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_no_numpy_warning_on_stderr(tmp_path):
+    """Without numpy, importing torch warns "Failed to initialize NumPy" (two
+    lines): the tool silences it, the library does not."""
+    hide = {"HIDE_NUMPY": "1"}
+    # The tool imports torch (here through --import) and prints nothing on stderr.
+    p = run_console_script(tmp_path, tmp_path, "inspect", "--import", "torch", str(FIXTURE), env=hide)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    # With fxrewrite's command line module imported, a library user still sees the warning.
+    code = "import sys; sys.modules['numpy'] = None; import fxrewrite.cli; import torch"
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=SUBPROCESS_PYTHONPATH),
+    )
+    assert p.returncode == 0 and "Failed to initialize NumPy" in p.stderr, p.stderr
+
+
+def test_inspect_says_where_the_graph_stands(saved, tmp_path):
+    before = run("inspect", str(FIXTURE)).stdout
+    assert f"{FIXTURE}: before fxrewrite:" in before
+    out = tmp_path / "rewritten.fxir"
+    run("rewrite", str(FIXTURE), "-o", str(out))
+    text = run("inspect", str(out)).stdout
+    assert f"{out}: after fxrewrite:" in text and "then rewritten by `fxrewrite rewrite`" in text, text
+    assert "before fxrewrite:" not in text
+    (row,) = json.loads(run("inspect", "--json", str(out)).stdout)
+    assert row["stage"] == "after fxrewrite"
+    (after,) = saved.glob("*-after.fxir")
+    assert f"{after}: after fxrewrite:" in run("inspect", str(after)).stdout
+
+
+def test_demo_shows_a_copy_inductor_keeps_and_fxrewrite_does_not():
+    """The demo's point: in the v1 form (vLLM's), Inductor alone clones the q
+    and k slices the rotary writes (2 per layer); fxrewrite clones none. Both
+    agree with eager."""
+    out = run("demo", "--layers", "2", timeout=120).stdout
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(
+            r"(Inductor alone|Inductor \+ fxrewrite)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+ ms\s+(\w+)$", line
+        )
+        if m:
+            rows[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))
+    assert set(rows) == {"Inductor alone", "Inductor + fxrewrite"}, out
+    assert rows["Inductor alone"][2] == 4 and rows["Inductor + fxrewrite"][2] == 0, out
+    assert all(r[0] == r[1] and r[3] == "yes" for r in rows.values()), out
+    assert "v1 form" in out and "copies a tensor 4 times per forward" in out, out

@@ -34,6 +34,17 @@ def _info(g: _core.Graph) -> dict[str, str]:
     return dict(g.info)
 
 
+def _stage(info: dict[str, str], af_nodes: int) -> str:
+    """Where the graph stands: ``after fxrewrite`` for the output of
+    ``fxrewrite rewrite`` (its ``rewritten_by``) or a ``-after.fxir`` the pass
+    saved, else ``before fxrewrite`` while it holds auto_functionalized nodes."""
+    origin = info.get("origin", "")
+    if info.get("rewritten_by") or origin.endswith("-after"):
+        left = f", {af_nodes} auto_functionalized node(s) left to Inductor" if af_nodes else ""
+        return f"after fxrewrite{left}"
+    return "before fxrewrite" if af_nodes else "no auto_functionalized nodes"
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     files, skipped = _files(args)
     progress = _Progress(len(files), "inspect")
@@ -57,6 +68,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     "move_readers": report.moved,
                     "remove_writebacks": report.writebacks_removed_in_all,
                 },
+                "stage": _stage(info, sum(c["count"] for c in summary["auto_functionalized"])),
                 "info": info,
             }
         )
@@ -66,10 +78,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         out = []
         for r in rows:
             out.append(
-                f"{r['file']}: {r['nodes']} nodes, {r['inputs']} inputs, {r['targets']} distinct targets"
+                f"{r['file']}: {r['stage']}: {r['nodes']} nodes, {r['inputs']} inputs, "
+                f"{r['targets']} distinct targets"
             )
             if r["info"].get("origin"):
-                out.append(f"  from: {r['info']['origin']} (torch {r['info'].get('torch_version', '?')})")
+                then = ", then rewritten by `fxrewrite rewrite`" if r["info"].get("rewritten_by") else ""
+                out.append(
+                    f"  from: {r['info']['origin']} (torch {r['info'].get('torch_version', '?')}){then}"
+                )
             if r["auto_functionalized"]:
                 out.append(f"  {'operator':48} {'form':>4} {'nodes':>6}")
                 for c in r["auto_functionalized"]:
@@ -194,4 +210,4 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return EXIT_OK if run_demo(layers=args.layers, tokens=args.tokens) else EXIT_REMAIN
+    return EXIT_OK if run_demo(layers=args.layers, tokens=args.tokens, v2=args.v2) else EXIT_REMAIN

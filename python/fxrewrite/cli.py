@@ -18,11 +18,13 @@ that way are skipped with a warning.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from . import _core
@@ -98,7 +100,8 @@ def _add_shared(p: argparse.ArgumentParser, *, prefix: str, reads: bool) -> None
         action="append",
         default=[],
         metavar="MODULE",
-        help="import MODULE first (the library defining the graph's custom operators; needed for .pt2)",
+        help="import MODULE first (the library defining the graph's custom operators; needed for .pt2); "
+        "searched for in the current directory too, as python -m would",
     )
     p.add_argument(
         "--leave",
@@ -153,24 +156,34 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_shared(p, prefix="top_", reads=True)
+    p.add_argument("--version", action="version", version=version_text(), help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     d = _sub(
         sub,
         "demo",
         "compile a small decoder on mutating custom ops with and without fxrewrite",
         "Builds a small decoder on mutating custom ops (rms_norm into an out buffer, fused add+rms_norm, "
-        "silu_and_mul), compiles it on the CPU with plain Inductor and with fxrewrite, checks both against "
-        "eager and prints what the post-grad passes did.",
-        ["fxrewrite demo", "fxrewrite demo --layers 8 --tokens 16"],
+        "a rotary embedding writing in place into the q and k slices of the qkv projection, silu_and_mul), "
+        "compiles it on the CPU with plain Inductor and with fxrewrite, checks both against eager and prints "
+        "what the post-grad passes did: the auto_functionalized nodes and the clones each leaves. It compiles "
+        "in the v1 form vLLM and SGLang use (enable_auto_functionalized_v2=False), where Inductor alone "
+        "copies q and k before the rotary writes them and fxrewrite does not; --v2 for torch's default form.",
+        ["fxrewrite demo", "fxrewrite demo --layers 8 --tokens 16", "fxrewrite demo --v2"],
         _cmd_demo,
     )
     d.add_argument("--layers", type=_positive, default=4, help="decoder layers (default 4)")
     d.add_argument("--tokens", type=_positive, default=8, help="tokens in the batch (default 8)")
+    d.add_argument(
+        "--v2",
+        action="store_true",
+        help="compile in the auto_functionalized_v2 form (torch's default) instead of v1",
+    )
     i = _sub(
         sub,
         "inspect",
         "summarise saved graphs",
-        "Per file: nodes, auto_functionalized nodes per operator and form (v1/v2), mutated graph inputs, "
+        "Per file: before or after fxrewrite, nodes, auto_functionalized nodes per operator and form (v1/v2), "
+        "mutated graph inputs, "
         "and what the pass would do. Directories are searched recursively for *.fxir and *.pt2; an entry "
         "there that is not a regular file, is over the size limit or cannot be listed is skipped with a "
         "warning on stderr "
@@ -241,6 +254,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def version_text() -> str:
+    """``fxrewrite X.Y.Z``, with the Rust engine's version when it differs
+    (a stale build of the extension)."""
+    from . import __version__
+
+    engine = getattr(_core, "__version__", None)
+    text = f"fxrewrite {__version__}"
+    if engine and engine != __version__:
+        text += f" (engine {engine})"
+    return text
+
+
+def _import_modules(modules: Sequence[str]) -> None:
+    """Imports each ``--import`` module as ``python -m`` would find it: the
+    current directory comes first on ``sys.path`` for the import (a console
+    script's ``sys.path`` starts with its own directory instead), and is taken
+    off again afterwards so that later imports (torch's) are not shadowed."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as e:
+                raise UsageError(f"--import {module}: {type(e).__name__}: {e}") from e
+    finally:
+        if added:
+            try:
+                sys.path.remove(cwd)
+            except ValueError:
+                pass
+
+
+@contextlib.contextmanager
+def _quiet_numpy_warning() -> Iterator[None]:
+    """Silences torch's "Failed to initialize NumPy" warning, printed when
+    numpy is not installed, which the command does not need: only for the
+    command's run, not for the library's users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy", category=UserWarning)
+        yield
+
+
 def _merge_shared(args: argparse.Namespace) -> None:
     """Folds the shared options given before the verb into the verb's own:
     ``--json`` if either, ``--import`` both lists, ``--max-size`` the last one
@@ -288,12 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = f"fxrewrite {args.command}"
     try:
         _merge_shared(args)
-        for module in args.imports:
-            try:
-                importlib.import_module(module)
-            except Exception as e:
-                raise UsageError(f"--import {module}: {type(e).__name__}: {e}") from e
-        return int(args.func(args))
+        with _quiet_numpy_warning():
+            _import_modules(args.imports)
+            return int(args.func(args))
     except (UsageError, _core.FxrewriteError) as e:
         print(f"{command}: {e}", file=sys.stderr)
         return EXIT_USAGE

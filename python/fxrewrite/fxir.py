@@ -366,7 +366,7 @@ def load(path: str | os.PathLike[str]) -> Any:
     kinds = _core.WIRE_CODES["target_kind"]
     tags = _core.WIRE_CODES["value_tag"]
 
-    def resolve(t: tuple[str, int, Any], node_name: str) -> Any:
+    def resolve(t: tuple[str, int, Any], node_name: str, role: str = "calls") -> Any:
         name, kind, _schema = t
         if kind == kinds["operator"]:
             ns_name, overload = name.split(".", 1)
@@ -375,8 +375,9 @@ def load(path: str | os.PathLike[str]) -> Any:
                 return getattr(getattr(getattr(torch.ops, ns), op), overload)
             except (AttributeError, RuntimeError) as e:
                 raise FxrewriteError(
-                    f"{path}: node {node_name} calls operator {name}, which is not registered in this "
-                    "process; import the library that defines it before loading"
+                    f"{path}: node {node_name} {role} operator {name}, which is not registered in this "
+                    f"process; import the Python module that registers the {ns!r} operators before "
+                    f"loading (on the command line: --import MODULE)"
                 ) from e
         if kind == kinds["getitem"]:
             return operator.getitem
@@ -392,22 +393,23 @@ def load(path: str | os.PathLike[str]) -> Any:
     made: list[torch.fx.Node] = []
     resolved: dict[int, Any] = {}
 
-    def value(v: Any) -> Any:
+    def value(v: Any, node_name: str) -> Any:
         if not isinstance(v, tuple):
             return v
         tag, body = v
         if tag == tags["node"]:
             return made[body]
         if tag == tags["list"]:
-            return [value(x) for x in body]
+            return [value(x, node_name) for x in body]
         if tag == tags["tuple"]:
-            return tuple(value(x) for x in body)
+            return tuple(value(x, node_name) for x in body)
         if tag in (tags["dtype"], tags["layout"], tags["memory_format"]):
             return getattr(torch, body)
         if tag == tags["device"]:
             return torch.device(body)
         if tag == tags["target"]:
-            return resolve(targets[body], "?")
+            # An operator as an argument: the mutable op of an auto_functionalized node.
+            return resolve(targets[body], node_name, "takes as argument the")
         raise FxrewriteError(f"{path}: a constant ({body}) cannot be rebuilt when loading")
 
     opnames = {code: name for name, code in _core.WIRE_CODES["opcode"].items()}
@@ -425,18 +427,18 @@ def load(path: str | os.PathLike[str]) -> Any:
             target = targets[tid][0]
         # The pre pass's record travels in the IR as a keyword; on the FX node
         # it is metadata again (an auto_functionalized node takes no such kwarg).
-        fx_kwargs = {k: value(v) for k, v in kwargs if k not in IR_ONLY_KWARGS}
-        n = graph.create_node(op, target, tuple(value(a) for a in args), fx_kwargs, name=name)
+        fx_kwargs = {k: value(v, name) for k, v in kwargs if k not in IR_ONLY_KWARGS}
+        n = graph.create_node(op, target, tuple(value(a, name) for a in args), fx_kwargs, name=name)
         groups = next((v for k, v in kwargs if k == ALIAS_GROUPS), None)
         if groups is not None:
             from .encode import ALIAS_GROUPS_META
 
-            n.meta[ALIAS_GROUPS_META] = tuple(tuple(g) for g in value(groups))
+            n.meta[ALIAS_GROUPS_META] = tuple(tuple(g) for g in value(groups, name))
         fresh = next((v for k, v in kwargs if k == FRESH_SLOTS), None)
         if fresh is not None:
             from .encode import FRESH_SLOTS_META
 
-            n.meta[FRESH_SLOTS_META] = tuple(value(fresh))
+            n.meta[FRESH_SLOTS_META] = tuple(value(fresh, name))
         made.append(n)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
