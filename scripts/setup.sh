@@ -27,6 +27,11 @@ python -m pip install --quiet --upgrade pip
 # torch first: it is the large download; the dev extras are the test tools.
 python -m pip install --quiet "torch>=2.13" "maturin>=1.7,<2"
 python -m pip install --quiet -e ".[dev]"
+# SGLang's plugin loader, for tests/test_sglang_plugin.py, without SGLang's dependencies: they pin
+# torch==2.14.1 and pull its CUDA kernels (gigabytes), and the loader's import needs only small
+# ones (the dev extras above, and IPython and traitlets here: sglang imports IPython.display,
+# which needs traitlets; IPython's own dependencies are its interactive shell's).
+python -m pip install --quiet --no-deps "sglang==0.5.23" "ipython==9.19.1" "traitlets==5.16.1"
 # A version-specific module of an older build (_core.cpython-3XX-*.so) would be imported
 # instead of the abi3 one maturin writes (_core.abi3.so): remove it first.
 rm -f python/fxrewrite/_core.*.so

@@ -16,7 +16,7 @@ is never wrong; it only leaves those calls to Inductor.
 
 It also records itself in the environment (``FXREWRITE_INSTALL``), so that
 processes started later with ``spawn`` install it too where something runs
-fxrewrite's plugin there (vLLM does in every process: ``_install_env``).
+fxrewrite's plugin there (vLLM and SGLang do in every process: ``_install_env``).
 An engine that sets ``post_grad_custom_post_pass`` itself for each compile
 (vLLM's VLLM_COMPILE path, the GPU default) replaces the rewrite hook: the
 pre pass then says so, once per process, with what to write instead.
@@ -99,8 +99,9 @@ def install(*, strict: bool | None = None, leave: Sequence[Any] = (), config: An
     twice installs once.
 
     Processes started later inherit the request through
-    ``FXREWRITE_INSTALL``; vLLM's processes act on it (fxrewrite's
-    ``vllm.general_plugins`` entry point calls ``install()`` there).
+    ``FXREWRITE_INSTALL``; vLLM's and SGLang's processes act on it
+    (fxrewrite's ``vllm.general_plugins`` and ``sglang.srt.plugins`` entry
+    points call ``install()`` there).
 
     Arguments:
         strict: as ``Pass(strict=...)``: raise instead of leaving a node.
