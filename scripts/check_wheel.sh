@@ -8,8 +8,8 @@
 # Either wheel is then installed with --no-deps into a small virtual environment per supported
 # Python, where the command line tool runs on the committed fixtures (inspect, check, explain
 # --json). Those environments have no torch: on .fxir files the tool must not need it. With
-# --sdist, the wheel pip built (as `pip install .` builds one) is also tried as the pass, with
-# the torch of the project's .venv.
+# --sdist, `pip install .` of the clone into a fresh venv is also tried as the pass, with the
+# torch of the project's .venv.
 #   bash scripts/check_wheel.sh            # the release wheel; scripts/test.sh calls it
 #   bash scripts/check_wheel.sh --sdist    # the sdist; scripts/test.sh calls it too
 #   FXREWRITE_WHEEL_PYTHONS="3.10 3.13" bash scripts/check_wheel.sh
@@ -225,18 +225,26 @@ for v in $VERSIONS; do
     echo "ok: python$v ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')): inspect, check, explain --json"
 done
 
-# A user's `pip install .` builds from the source tree exactly as pip builds the sdist above
-# (maturin from PyPI, build isolation). The wheel it made must also work as the pass: a fresh
-# venv with that wheel, torch taken from the project's environment by a .pth (no second 6 GiB
-# install; that environment's own .pth files, its editable fxrewrite among them, are not read),
-# compiles a program on a mutating custom op with `fxrewrite.pass_` and gets eager's values.
+# A user's `pip install .` from the clone, literally: pip builds the source tree with maturin
+# from PyPI (build isolation; the compiled crates.io dependencies of the sdist build above are
+# reused), into a fresh venv whose torch comes from the project's environment by a .pth (no
+# second 6 GiB install; that environment's own .pth files, its editable fxrewrite among them,
+# are not read). The installed package must work as the pass: a program on a mutating custom
+# op compiled with `fxrewrite.pass_` gets eager's values and a report.
 if [ "$MODE" = sdist ] && [ -x "$ROOT/.venv/bin/python" ]; then
     v=""
     venv="$OUT/with-torch"
     "$ROOT/.venv/bin/python" -m venv --without-pip "$venv"
     purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
     "$ROOT/.venv/bin/python" -c "$purelib" >"$("$venv/bin/python" -c "$purelib")/project-torch.pth"
-    "$BUILD_PY" -m pip --python "$venv/bin/python" install --quiet --no-deps --no-index "$WHEEL"
+    if ! env -u PIP_NO_BUILD_ISOLATION -u VIRTUAL_ENV MATURIN_PEP517_ARGS="--locked" \
+        CARGO_TARGET_DIR="$ROOT/target/sdist-cargo" \
+        "$BUILD_PY" -m pip --python "$venv/bin/python" install --no-deps --no-cache-dir "$ROOT" \
+        >"$OUT/pip-install-dot.log" 2>&1; then
+        cat "$OUT/pip-install-dot.log" >&2
+        echo "error: pip install . failed" >&2
+        false
+    fi
     (
         cd "$venv"
         unset PYTHONPATH
@@ -269,5 +277,5 @@ report = fxrewrite.last_report()
 assert report is not None and report.reinplaced == 1, report
 EOF
     )
-    echo "ok: the wheel pip built, with the project's torch: fxrewrite.pass_ rewrote a compile"
+    echo "ok: pip install . into a fresh venv (the project's torch): fxrewrite.pass_ rewrote a compile"
 fi

@@ -27,6 +27,28 @@ FAMILIES: dict[str, tuple[Program, set[tuple[bool, bool]]]] = {
         tlf.DELETED_CLONE_IN_A_LIST,
         {(True, False), (True, True), (False, True)},
     ),
+    # The same with the clone's slot holding the very tensor another slot
+    # holds (`[v, v[0], v.clone()]` arrives as `[v, v[0], v]`): only the
+    # clone's own slot gets a fresh copy (campaign run 7, seed 1186: offset
+    # 16 where eager's clone has 0).
+    "deleted_clone_beside_its_source_in_a_list": (
+        Program(
+            shapes=((4, 8), (8,)),
+            steps=(
+                ("unbind", 0, 0, 4),
+                ("view", 4, (8,)),
+                ("dview", 6),
+                ("norm_out", 2, 6, 2),
+                ("select", 4, 0, 0),
+                ("clone", 4),
+                ("bits_list_", (4, 7, 9)),
+            ),
+            outputs=(("plus", 2),),
+            seed=1186,
+            input_layouts=(),
+        ),
+        {(True, False), (True, True), (False, False), (False, True)},
+    ),
     # A column of a realized `select_scatter` written back into a graph
     # input (seed 65535): the column must be written in place, at eager's
     # offset 3.

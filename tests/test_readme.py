@@ -200,7 +200,7 @@ def _campaign_totals() -> dict[str, int]:
         row = dict(zip(header, cells, strict=True))
         runs.add((row["date"], row["commit"], row["seeds"]))
         for name, value in row.items():
-            if value.isdigit():
+            if value.isdigit() and name not in ("date", "commit", "install", "form", "seeds"):
                 totals[name] = totals.get(name, 0) + int(value)
     totals["runs"] = len(runs)
     return totals

@@ -252,7 +252,7 @@ impl Context<'_> {
             }
             let members = self.unit_members(call, sharing, u);
             if let [only] = members[..] {
-                if self.holds_a_deleted_clone(call, only) {
+                if self.unit_is_a_deleted_clone(call, sharing, u) {
                     recipes.push((u, UnitRecipe::FreshClone { node: only }));
                     continue;
                 }

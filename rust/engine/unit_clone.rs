@@ -77,23 +77,33 @@ impl Context<'_> {
         members
     }
 
-    /// True when every slot of `call` that holds `member` held the whole
-    /// result of a `clone` in the program, as the pre pass recorded (and at
-    /// least one does).
-    pub(super) fn holds_a_deleted_clone(&self, call: &MutationCall, member: NodeId) -> bool {
+    /// True when every slot of unit `u` of `call` held the whole result of
+    /// a `clone` in the program, as the pre pass recorded: its copy stands
+    /// for that clone. Judged per unit, not per node: `remove_noop_ops` can
+    /// make a deleted clone's slot the very tensor another slot holds (`[v,
+    /// v[0], v.clone()]` arrives as `[v, v[0], v]`), and only the clone's
+    /// unit gets a fresh copy's layout.
+    pub(super) fn unit_is_a_deleted_clone(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        u: usize,
+    ) -> bool {
         if call.fresh_slots.is_empty() {
             return false;
         }
-        let member = self.plan.resolve(member);
-        let mut holding = call
-            .slot_labels()
-            .into_iter()
-            .filter(|l| {
-                call.slot_node(l)
-                    .is_some_and(|n| self.plan.resolve(n) == member)
-            })
+        let mut labels = call
+            .written
+            .iter()
+            .filter(|w| sharing.unit_of_buffer[w.buffer] == u)
+            .map(|w| w.label.as_str())
+            .chain(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.as_str()),
+            )
             .peekable();
-        holding.peek().is_some() && holding.all(|l| call.fresh_slots.iter().any(|f| f == l))
+        labels.peek().is_some() && labels.all(|l| call.fresh_slots.iter().any(|f| f == l))
     }
 
     /// How to make `members` from one copy, or why they cannot be.
@@ -577,19 +587,19 @@ mod tests {
     }
 
     #[test]
-    fn a_member_every_slot_of_which_held_a_clone_is_copied_by_a_plain_clone() {
-        on_one_memory_call(|cx, call, _, af, t| {
+    fn a_unit_every_slot_of_which_held_a_clone_is_copied_by_a_plain_clone() {
+        on_one_memory_call(|cx, call, sharing, af, t| {
             let with = |fresh: &[&str]| {
                 let mut c = call.clone();
                 c.fresh_slots = fresh.iter().map(|s| (*s).to_string()).collect();
                 c
             };
-            assert!(!cx.holds_a_deleted_clone(call, t), "no record");
+            assert!(!cx.unit_is_a_deleted_clone(call, sharing, 0), "no record");
             assert!(
-                !cx.holds_a_deleted_clone(&with(&["out"]), t),
-                "`x` holds `t` too"
+                !cx.unit_is_a_deleted_clone(&with(&["out"]), sharing, 0),
+                "`x` is in the unit too"
             );
-            assert!(cx.holds_a_deleted_clone(&with(&["out", "x"]), t));
+            assert!(cx.unit_is_a_deleted_clone(&with(&["out", "x"]), sharing, 0));
             let made = cx.emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
             assert!(
                 matches!(made[..], [(m, ValueRef::New(_))] if m == t),
