@@ -1507,3 +1507,23 @@ def test_check_full_fails_where_inductor_alone_raises_and_fxrewrite_is_silently_
     )
     with pytest.raises(AssertionError, match="silently wrong"):
         check_full(program, True, False)
+
+
+# The regressions checked on the captured post-grad graph (``check_correct``,
+# ``check_captured``) are static by construction: the capture is interpreted
+# at the sizes it was traced with. Each also runs here through the full
+# compile with ``dynamic=True``, as serving engines compile.
+CAPTURED_REGRESSIONS: dict[str, Program] = {
+    "writeback_after_clone": BUG_WRITEBACK_AFTER_CLONE,
+    "self_writeback_clone": BUG_SELF_WRITEBACK_CLONE,
+    "nested_scatter_clone": BUG_NESTED_SCATTER_CLONE,
+    "empty_slice_clone": BUG_EMPTY_SLICE_CLONE,
+    "empty_expand_clone": BUG_EMPTY_EXPAND_CLONE,
+    "empty_stack_layout": EMPTY_STACK_LAYOUT,
+}
+
+
+@pytest.mark.parametrize("v2", FORMS)
+@pytest.mark.parametrize("name", list(CAPTURED_REGRESSIONS))
+def test_captured_regression_compiles_right_with_dynamic_shapes(name: str, v2: bool) -> None:
+    assert_full_compile_matches_eager(CAPTURED_REGRESSIONS[name], v2, dynamic=True)
