@@ -38,6 +38,7 @@ mod hold_back;
 mod in_place;
 mod journal;
 mod layout;
+mod left;
 mod links;
 mod mutation;
 mod out_call;
@@ -62,6 +63,8 @@ use positions::Positions;
 use versions::Versions;
 use writers::Writers;
 
+pub use left::LeftReason;
+
 /// Largest number of nodes moved ahead of one call; past it, a clone is
 /// cheaper to reason about than a long reordering.
 const MAX_MOVED: usize = 64;
@@ -72,11 +75,9 @@ pub enum Outcome {
     /// The node was rewritten; the context holds its edits and report.
     Rewritten,
     /// The node is left untouched, with the reason (reported, and an error in
-    /// strict mode).
-    Left(String),
-    /// The node is left untouched because its arguments share memory and no
-    /// record says whether the program shared it ([`crate::plan::LeftCause::UnattributedSharing`]).
-    Unattributed(String),
+    /// strict mode, unless the caller asked for it); its
+    /// [`crate::plan::LeftCause`] is [`LeftReason::cause`].
+    Left(LeftReason),
 }
 
 /// What the caller asks of a plan beyond the graph.

@@ -34,7 +34,7 @@ use super::checks::CloneReason;
 use super::journal::Checkpoint;
 use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::{writeback, Context, Outcome};
+use super::{writeback, Context, LeftReason, Outcome};
 
 /// Where the journaled walk state (positions and links) stood when a call,
 /// or one storage class of it, began to be decided: closed by
@@ -94,7 +94,7 @@ impl Context<'_> {
         }
         let sharing = match self.sharing(call) {
             Ok(s) => s,
-            Err(reason) => return Ok(Outcome::Unattributed(reason)),
+            Err(reason) => return Ok(Outcome::Left(reason)),
         };
         let mark = self.mark();
         let mut needs = InPlaceNeeds::default();
@@ -243,7 +243,7 @@ impl Context<'_> {
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneReason>],
-    ) -> std::result::Result<Vec<(usize, UnitRecipe)>, String> {
+    ) -> std::result::Result<Vec<(usize, UnitRecipe)>, LeftReason> {
         let mut recipes: Vec<(usize, UnitRecipe)> = Vec::new();
         for (b, note) in clone.iter().enumerate() {
             let u = sharing.unit_of_buffer[b];
@@ -257,12 +257,12 @@ impl Context<'_> {
                     continue;
                 }
             }
-            let recipe = self.unit_recipe(&members).map_err(|why| {
-                format!(
-                    "{} needs a clone with its exact layout, but {why}",
-                    call.buffers[b].label
-                )
-            })?;
+            let recipe = self
+                .unit_recipe(&members)
+                .map_err(|why| LeftReason::NoExactClone {
+                    arg: call.buffers[b].label.clone(),
+                    why,
+                })?;
             recipes.push((u, recipe));
         }
         Ok(recipes)
@@ -351,36 +351,27 @@ impl Context<'_> {
         in_deps && !elsewhere
     }
 
-    pub(super) fn check_users(&self, call: &MutationCall) -> std::result::Result<(), String> {
+    /// Why `call` is left for a use of its result the engine does not
+    /// follow, if one has such a use.
+    pub(super) fn check_users(&self, call: &MutationCall) -> std::result::Result<(), LeftReason> {
         for &u in self.uses.users(call.node) {
             if self.ordering_only_use(u, call.node) {
                 if call.buffers.is_empty() {
-                    return Err(format!(
-                        "node `{}` orders itself after a call that writes no buffer",
-                        self.graph.node(u).name
-                    ));
+                    return Err(LeftReason::OrdersAfterNoWrite { user: u });
                 }
                 continue;
             }
             let Role::AfResult { index, .. } = self.roles[u.idx()] else {
-                return Err(format!(
-                    "node `{}` uses the auto_functionalized result directly",
-                    self.graph.node(u).name
-                ));
+                return Err(LeftReason::ResultUsedDirectly { user: u });
             };
             match call.results.get(index) {
-                None => return Err(format!("getitem index {index} out of range")),
+                None => return Err(LeftReason::GetitemOutOfRange { index }),
                 Some(ResultSlot::BufferList(items)) => {
                     for &gu in self.uses.users(u) {
                         match self.roles[gu.idx()] {
                             Role::AfListItem { item, .. }
                                 if items.get(item).copied().flatten().is_some() => {}
-                            _ => {
-                                return Err(format!(
-                                    "node `{}` uses a written list directly",
-                                    self.graph.node(gu).name
-                                ))
-                            }
+                            _ => return Err(LeftReason::ListUsedDirectly { user: gu }),
                         }
                     }
                 }

@@ -10,7 +10,7 @@ use crate::plan::{Action, Callee, MetaSource, NewId, PlanArg, ValueRef};
 
 use super::bindings::Bind;
 use super::emit::{positional_where_allowed, returns_meta};
-use super::{Context, Outcome};
+use super::{Context, LeftReason, Outcome};
 
 impl Context<'_> {
     /// Plans an out= call: fresh buffers, no safety analysis needed.
@@ -22,12 +22,7 @@ impl Context<'_> {
                 match self.roles[u.idx()] {
                     Role::AfResult { index, .. } if index < call.n_returns => {}
                     _ if self.ordering_only_use(u, af) => {}
-                    _ => {
-                        return Outcome::Left(format!(
-                            "node `{}` uses the result in an unexpected way",
-                            self.graph.node(u).name
-                        ))
-                    }
+                    _ => return Outcome::Left(LeftReason::UnexpectedResultUse { user: u }),
                 }
             }
         }

@@ -19,7 +19,7 @@ use crate::forms::call::MutationCall;
 use crate::forms::Form;
 
 use super::checks::CloneReason;
-use super::Context;
+use super::{Context, LeftReason};
 
 /// One tensor slot of a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +81,10 @@ not; pytorch#198031), and the pre pass recorded nothing for this call; left to I
 impl Context<'_> {
     /// The sharing of `call`'s slots, or why the call must be left: its
     /// slots share memory and no record attributes the sharing.
-    pub(super) fn sharing(&mut self, call: &MutationCall) -> std::result::Result<Sharing, String> {
+    pub(super) fn sharing(
+        &mut self,
+        call: &MutationCall,
+    ) -> std::result::Result<Sharing, LeftReason> {
         let nb = call.buffers.len();
         let pairs = self.sharing_pairs(call);
         if pairs.is_empty() {
@@ -108,15 +111,14 @@ impl Context<'_> {
         };
         let Some(groups) = call.alias_groups.as_ref() else {
             let (a, b) = pairs[0];
-            return Err(format!(
-                "arguments `{}` and `{}` share memory in the graph as it arrives; {NO_RECORD}",
-                label(a),
-                label(b)
-            ));
+            return Err(LeftReason::NoRecord {
+                first: label(a),
+                second: label(b),
+            });
         };
         self.check_record(call, groups)?;
         let group_of_label = |l: &str| groups.iter().position(|g| g.iter().any(|s| s == l));
-        let group = |s: Slot| -> std::result::Result<usize, String> {
+        let group = |s: Slot| -> std::result::Result<usize, LeftReason> {
             let labels: Vec<String> = match s {
                 // A v2 buffer is a base: the written arguments cut from it.
                 Slot::Buffer(b) if call.form == Form::V2 => call
@@ -129,18 +131,14 @@ impl Context<'_> {
             };
             let mut found = None;
             for l in &labels {
-                let g = group_of_label(l).ok_or_else(|| {
-                    format!("the pre pass's record of alias groups does not name argument `{l}`; left to Inductor")
-                })?;
+                let g = group_of_label(l)
+                    .ok_or_else(|| LeftReason::UnrecordedArgument { arg: l.clone() })?;
                 if found.is_some_and(|f| f != g) {
-                    return Err(format!(
-                        "the pre pass recorded the arguments cut from {} in different storages; left to Inductor",
-                        label(s)
-                    ));
+                    return Err(LeftReason::BaseInSeveralGroups { base: label(s) });
                 }
                 found = Some(g);
             }
-            found.ok_or_else(|| format!("{} has no written argument", label(s)))
+            found.ok_or_else(|| LeftReason::NoWrittenArgument { base: label(s) })
         };
         let slot_index = |s: Slot| match s {
             Slot::Buffer(b) => b,
@@ -203,7 +201,7 @@ impl Context<'_> {
         &mut self,
         call: &MutationCall,
         groups: &[Vec<String>],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), LeftReason> {
         let arrival = self
             .arrival
             .get_or_insert_with(|| arrival_storages(self.graph, &self.roles));
@@ -217,11 +215,10 @@ impl Context<'_> {
                 match first {
                     None => first = Some((l, st)),
                     Some((f, fs)) if fs != st => {
-                        return Err(format!(
-                            "the record of alias groups puts `{f}` and `{l}` in one group, but they lie \
-                             on different storages in the graph as it arrives: not a record the pre pass \
-                             makes; left to Inductor"
-                        ));
+                        return Err(LeftReason::ImpossibleRecord {
+                            first: f.to_string(),
+                            second: l.clone(),
+                        });
                     }
                     Some(_) => {}
                 }
@@ -301,7 +298,7 @@ mod tests {
     }
 
     /// The sharing of call `af`, on the walk of `g` up to it.
-    fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, String> {
+    fn sharing_of(g: &Graph, af: NodeId) -> std::result::Result<Sharing, LeftReason> {
         let mut cx = Context::new(g);
         for i in 0..af.idx() {
             cx.step(nid(i)).unwrap();
@@ -340,14 +337,25 @@ mod tests {
     fn sharing_with_no_record_or_a_record_missing_a_slot_is_refused() {
         let (g, af) = one_memory(None);
         let why = sharing_of(&g, af).unwrap_err();
-        assert!(
-            why.starts_with("arguments `out` and `x` share memory in the graph as it arrives"),
-            "{why}"
+        assert_eq!(
+            why,
+            LeftReason::NoRecord {
+                first: "out".into(),
+                second: "x".into()
+            }
         );
-        assert!(why.ends_with(NO_RECORD), "{why}");
+        assert_eq!(why.cause(), crate::plan::LeftCause::UnattributedSharing);
+        let text = why.note(&g);
+        assert!(
+            text.starts_with("arguments `out` and `x` share memory in the graph as it arrives"),
+            "{text}"
+        );
+        assert!(text.ends_with(NO_RECORD), "{text}");
         let (g, af) = one_memory(Some(&[&["x"]]));
         let why = sharing_of(&g, af).unwrap_err();
-        assert!(why.contains("does not name argument `out`"), "{why}");
+        assert_eq!(why, LeftReason::UnrecordedArgument { arg: "out".into() });
+        let text = why.note(&g);
+        assert!(text.contains("does not name argument `out`"), "{text}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use crate::analysis::alias::Role;
 use crate::error::Result;
-use crate::forms::call::MutationCall;
+use crate::forms::call::{slot_label, MutationCall};
 use crate::ir::{NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
@@ -434,12 +434,12 @@ impl Context<'_> {
         match self.graph.node(call.node).kwarg(key) {
             Some(crate::ir::Value::Node(_)) => made(key).map_or(from_kwarg, PlanArg::Ref),
             Some(crate::ir::Value::List(items) | crate::ir::Value::Tuple(items))
-                if (0..items.len()).any(|i| made(&format!("{key}[{i}]")).is_some()) =>
+                if (0..items.len()).any(|i| made(&slot_label(key, i)).is_some()) =>
             {
                 let rebuilt: Option<Vec<PlanArg>> = items
                     .iter()
                     .enumerate()
-                    .map(|(i, item)| match made(&format!("{key}[{i}]")) {
+                    .map(|(i, item)| match made(&slot_label(key, i)) {
                         Some(v) => Some(PlanArg::Ref(v)),
                         None => self.plan_arg(item),
                     })

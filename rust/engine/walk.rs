@@ -8,10 +8,10 @@ use crate::analysis::alias::{returns_an_alias, Role};
 use crate::error::Result;
 use crate::forms::{Form, FormCall};
 use crate::ir::NodeId;
-use crate::plan::{Action, LeftCause, NodeReport};
+use crate::plan::{Action, NodeReport};
 
 use super::bindings::Bind;
-use super::{nid, Context, Outcome};
+use super::{nid, Context, LeftReason, Outcome};
 
 impl Context<'_> {
     /// Walks every node in graph order.
@@ -155,31 +155,21 @@ impl Context<'_> {
         let (rule, outcome) = match crate::forms::parse(self.graph, id) {
             _ if self.options.leaves(&op_name) => (
                 crate::forms::NO_RULE,
-                Outcome::Left(format!(
-                    "{op_name} is left to Inductor on request (Pass(leave=...) or FXREWRITE_LEAVE)"
-                )),
+                Outcome::Left(LeftReason::Requested {
+                    op: op_name.clone(),
+                }),
             ),
             Some((name, Ok(FormCall::Mutation(call)))) => {
                 (name, self.rewrite_mutation(&call, name)?)
             }
             Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
-            Some((name, Err(reason))) => (name, Outcome::Left(reason)),
-            None => (
-                crate::forms::NO_RULE,
-                Outcome::Left("no form reads this node".into()),
-            ),
+            Some((name, Err(reason))) => (name, Outcome::Left(LeftReason::Form(reason))),
+            None => (crate::forms::NO_RULE, Outcome::Left(LeftReason::NoForm)),
         };
-        let requested = self.options.leaves(&op_name);
-        let left = match outcome {
-            Outcome::Rewritten => None,
-            Outcome::Left(reason) if requested => Some((reason, LeftCause::Requested)),
-            Outcome::Left(reason) => Some((reason, LeftCause::Unsupported)),
-            Outcome::Unattributed(reason) => Some((reason, LeftCause::UnattributedSharing)),
-        };
-        if let Some((reason, cause)) = left {
+        if let Outcome::Left(reason) = outcome {
             let decision = NodeReport {
-                reason: Some(reason),
-                cause: Some(cause),
+                reason: Some(reason.note(self.graph)),
+                cause: Some(reason.cause()),
                 ..self.node_report(id, op_name, form, rule, Action::Left)
             };
             self.plan.decide(decision);

@@ -216,13 +216,20 @@ pub fn return_alias_args(schema: &OpSchema) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// The label of element `i` of list argument `name`: `name[i]`, as the
+/// report and the pre pass's record of alias groups name a slot.
+#[must_use]
+pub fn slot_label(name: &str, i: impl std::fmt::Display) -> String {
+    format!("{name}[{i}]")
+}
+
 /// Collects the node operands of read-only argument `name`, labelled by
 /// slot: `name` for a node, `name[i]` for element `i` of a list.
 pub fn collect_nodes(name: &str, v: &Value, out: &mut Vec<(String, NodeId)>) {
     match v {
         Value::List(items) | Value::Tuple(items) => {
             for (i, item) in items.iter().enumerate() {
-                item.for_each_node(&mut |n| out.push((format!("{name}[{i}]"), n)));
+                item.for_each_node(&mut |n| out.push((slot_label(name, i), n)));
             }
         }
         other => other.for_each_node(&mut |n| out.push((name.to_string(), n))),

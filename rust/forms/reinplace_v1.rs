@@ -7,7 +7,7 @@
 
 use super::call::{
     alias_groups, collect_nodes, fresh_slots, is_ir_only_kwarg, mutable_op, return_alias_args,
-    return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
+    return_slots, slot_label, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall, Rule};
 use crate::ir::{ArgType, Graph, NodeId, Value};
@@ -92,7 +92,7 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
                     match item {
                         Value::Node(b) => {
                             let w = push_written(
-                                format!("{}[{i}]", a.name),
+                                slot_label(&a.name, i),
                                 *b,
                                 &mut buffers,
                                 &mut written,

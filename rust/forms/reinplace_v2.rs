@@ -5,7 +5,7 @@
 
 use super::call::{
     alias_groups, collect_nodes, fresh_slots, is_ir_only_kwarg, mutable_op, return_alias_args,
-    return_slots, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
+    return_slots, slot_label, Buffer, CallArg, MutationCall, ResultSlot, ViewOfBuffer, WrittenArg,
 };
 use super::{Form, FormCall, Rule};
 use crate::ir::{ArgType, Graph, NodeId, SchemaArg, Value};
@@ -127,13 +127,7 @@ pub fn read_written(
             match kwarg(kwargs, &len_key) {
                 Some(Value::None) => Ok(WrittenEncoding::List(None)),
                 Some(Value::Int(len)) => (0..*len)
-                    .map(|i| {
-                        one(
-                            format!("{}[{i}]", arg.name),
-                            format!("_{}_{i}", arg.name),
-                            used,
-                        )
-                    })
+                    .map(|i| one(slot_label(&arg.name, i), format!("_{}_{i}", arg.name), used))
                     .collect::<Result<Vec<_>, _>>()
                     .map(|items| WrittenEncoding::List(Some(items))),
                 _ => Err(format!("missing or malformed {len_key}")),
