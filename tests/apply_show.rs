@@ -1108,7 +1108,7 @@ mod props {
     use super::*;
     use common::interp::{run_eager, run_original};
     use common::plans::{rewritten, Compared};
-    use common::random::{add_alias_records, build, step};
+    use common::random::{add_alias_records, build, case};
     use proptest::prelude::*;
 
     /// Fixed seed in CI; a wider run is `FXREWRITE_PROPTEST_SEED=random`
@@ -1120,12 +1120,7 @@ mod props {
             file!(),
             256,
             FLOOR_PERCENT,
-            (
-                prop::collection::vec(step(), 0..14),
-                any::<u64>(),
-                any::<bool>(),
-                any::<u64>(),
-            ),
+            case(),
             |(steps, outputs, with_meta, records)| {
                 check_applied(&steps, outputs, with_meta, records)
             },

@@ -21,7 +21,7 @@ mod props {
     /// interpreter lacks, and the message names it.
     const FLOOR_PERCENT: usize = 100;
 
-    use super::random::{add_alias_records, build, step, Step};
+    use super::random::{add_alias_records, build, case, Step};
     use super::*;
     use proptest::prelude::*;
 
@@ -114,12 +114,7 @@ mod props {
             file!(),
             512,
             FLOOR_PERCENT,
-            (
-                prop::collection::vec(step(), 0..14),
-                any::<u64>(),
-                any::<bool>(),
-                any::<u64>(),
-            ),
+            case(),
             |(steps, outputs, with_meta, records)| check_case(&steps, outputs, with_meta, records),
         );
     }

@@ -100,15 +100,24 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
 }
 
 
+def _hooks(the_pass: Any, *, v2: bool, pre: Any = None) -> Any:
+    """Inductor's configuration for one compile: the passes, the form, no
+    FX graph cache (each compile runs the passes)."""
+    return torch._inductor.config.patch(
+        post_grad_custom_post_pass=the_pass,
+        joint_custom_pre_pass=pre,
+        fx_graph_cache=False,
+        enable_auto_functionalized_v2=v2,
+    )
+
+
 def _compile_run(
     fn: Callable[..., Any], shape: tuple[int, ...], *, v2: bool, dynamic: bool, the_pass: Any
 ) -> tuple[str, Any]:
     """("ok", (outputs, inputs after)) or ("raised", the exception's type)."""
     torch._dynamo.reset()
     a0 = torch.arange(float(torch.Size(shape).numel())).reshape(shape) / 7
-    with torch._inductor.config.patch(
-        post_grad_custom_post_pass=the_pass, fx_graph_cache=False, enable_auto_functionalized_v2=v2
-    ):
+    with _hooks(the_pass, v2=v2):
         try:
             out = torch.compile(fn, fullgraph=True, dynamic=dynamic)(a0)
         except Exception as e:
@@ -131,12 +140,7 @@ def _generated_code(
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
-    with torch._inductor.config.patch(
-        post_grad_custom_post_pass=the_pass,
-        joint_custom_pre_pass=pre,
-        fx_graph_cache=False,
-        enable_auto_functionalized_v2=v2,
-    ):
+    with _hooks(the_pass, v2=v2, pre=pre):
         try:
             _, sources = run_and_get_code(torch.compile(fn, fullgraph=True, dynamic=dynamic), *inputs())
         except Exception as e:
@@ -287,12 +291,7 @@ def test_issue_30_programs_are_right_in_both_installs(
     def compiled(the_pass: Any, pre: Any) -> tuple[str, Any]:
         torch._dynamo.reset()
         ins = _inputs(shapes)
-        with torch._inductor.config.patch(
-            post_grad_custom_post_pass=the_pass,
-            joint_custom_pre_pass=pre,
-            fx_graph_cache=False,
-            enable_auto_functionalized_v2=v2,
-        ):
+        with _hooks(the_pass, v2=v2, pre=pre):
             try:
                 out = torch.compile(fn, fullgraph=True, dynamic=dynamic)(*ins)
             except Exception as e:

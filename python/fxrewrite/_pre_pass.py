@@ -48,10 +48,11 @@ def _tensor_slots(name: str, value: Any) -> list[tuple[str, torch.fx.Node]]:
     return []
 
 
-def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
-    """The alias groups of one auto_functionalized node as the graph holds
-    it now, or None when a slot's storage is unknown (no fake value, a tensor
-    without storage): then no record is better than a wrong one."""
+def _call_slots(node: torch.fx.Node) -> list[tuple[str, torch.fx.Node, bool]] | None:
+    """``(label, node, whole)`` of each tensor slot of one auto_functionalized
+    node: a v2 written argument lives in its base (``whole``: it is all of
+    that base), every other slot is its own node. None when the node's
+    operator has no schema or its v2 keywords do not encode the arguments."""
     op = node.args[0] if node.args else None
     schema = getattr(op, "_schema", None)
     if schema is None:
@@ -62,18 +63,32 @@ def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
         return None
     raw = node.kwargs.get("_all_bases")
     bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
-    slots: list[tuple[str, torch.fx.Node]] = []
+    slots: list[tuple[str, torch.fx.Node, bool]] = []
     for a in schema.arguments:
         if v2 and a.name in written_views:
             # v2 passes written tensors as views of ``_all_bases``: the slot
             # lives in its base.
             for view in written_views[a.name] or []:
                 if view is not None and view[1] < len(bases) and isinstance(bases[view[1]], torch.fx.Node):
-                    slots.append((view[0], bases[view[1]]))
+                    slots.append((view[0], bases[view[1]], view[2] == "whole"))
         else:
-            slots += _tensor_slots(a.name, node.kwargs.get(a.name))
+            slots += [(label, n, True) for label, n in _tensor_slots(a.name, node.kwargs.get(a.name))]
+    return slots
+
+
+def alias_groups_of(node: torch.fx.Node) -> tuple[tuple[str, ...], ...] | None:
+    """The alias groups of one auto_functionalized node as the graph holds
+    it now, or None when a slot's storage is unknown (no fake value, a tensor
+    without storage): then no record is better than a wrong one."""
+    return _groups(_call_slots(node))
+
+
+def _groups(slots: list[tuple[str, torch.fx.Node, bool]] | None) -> tuple[tuple[str, ...], ...] | None:
+    """The slots partitioned by storage (``alias_groups_of``)."""
+    if slots is None:
+        return None
     groups: dict[int, list[str]] = {}
-    for label, n in slots:
+    for label, n, _whole in slots:
         val = n.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue  # a SymInt or a constant: not memory
@@ -95,38 +110,12 @@ def _is_plain_clone(n: Any) -> bool:
     )
 
 
-def fresh_slots_of(node: torch.fx.Node) -> tuple[str, ...]:
+def _fresh(slots: list[tuple[str, torch.fx.Node, bool]] | None) -> tuple[str, ...]:
     """The slots of one auto_functionalized node that hold the whole result
     of a ``clone`` now, before ``remove_noop_ops`` can delete it: a copy the
     main pass makes for such a slot is then a ``clone`` of it, with the
     layout eager's clone had, not a copy of the memory it came to view."""
-    op = node.args[0] if node.args else None
-    schema = getattr(op, "_schema", None)
-    if schema is None:
-        return ()
-    v2 = node.target is auto_functionalized_v2
-    written_views = v2_written_views(node, op) if v2 else {}
-    if written_views is None:
-        return ()
-    raw = node.kwargs.get("_all_bases")
-    bases: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
-    fresh: list[str] = []
-    for a in schema.arguments:
-        if v2 and a.name in written_views:
-            for view in written_views[a.name] or []:
-                # Only a written argument that is its whole base.
-                if (
-                    view is not None
-                    and view[2] == "whole"
-                    and view[1] < len(bases)
-                    and _is_plain_clone(bases[view[1]])
-                ):
-                    fresh.append(view[0])
-        else:
-            fresh += [
-                label for label, n in _tensor_slots(a.name, node.kwargs.get(a.name)) if _is_plain_clone(n)
-            ]
-    return tuple(fresh)
+    return tuple(label for label, n, whole in slots or [] if whole and _is_plain_clone(n))
 
 
 def record_alias_groups(graph: torch.fx.Graph) -> int:
@@ -136,12 +125,13 @@ def record_alias_groups(graph: torch.fx.Graph) -> int:
     for node in graph.nodes:
         if node.op != "call_function" or node.target not in (auto_functionalized, auto_functionalized_v2):
             continue
-        fresh = fresh_slots_of(node)
+        slots = _call_slots(node)  # read once for both records
+        fresh = _fresh(slots)
         if fresh:
             node.meta[FRESH_SLOTS_META] = fresh
         else:
             node.meta.pop(FRESH_SLOTS_META, None)
-        groups = alias_groups_of(node)
+        groups = _groups(slots)
         if groups is None:
             node.meta.pop(META_KEY, None)
             continue

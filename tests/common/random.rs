@@ -54,6 +54,17 @@ pub enum Step {
     V2Opt(u8),
 }
 
+/// One random case of the property tests: the steps of a graph, the
+/// outputs' seed, whether nodes carry metadata, the alias records' seed.
+pub fn case() -> impl Strategy<Value = (Vec<Step>, u64, bool, u64)> {
+    (
+        prop::collection::vec(step(), 0..14),
+        any::<u64>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+}
+
 pub fn step() -> impl Strategy<Value = Step> {
     let i = any::<u8>;
     prop_oneof![
