@@ -32,7 +32,10 @@ pub enum Error {
         detail: String,
     },
     /// A `.fxir` file of a format version this build does not read.
-    #[error("unsupported .fxir format version {found} (this build reads version {supported})")]
+    #[error(
+        "unsupported .fxir format version {found} (this build reads versions 1 to {supported}; \
+         a file of a newer version needs a newer fxrewrite)"
+    )]
     Version {
         /// The version found in the header.
         found: u32,

@@ -49,7 +49,7 @@ use common::builder::*;
 use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
-use fxrewrite::ir::{Graph, NodeId, OpCode, TargetKind, TensorMeta, Value};
+use fxrewrite::ir::{Dim, Graph, NodeId, OpCode, TargetKind, TensorMeta, Value};
 use fxrewrite::plan::{Callee, NewId, PlanArg, ValueRef};
 use fxrewrite::{plan, Action, Edit};
 
@@ -578,6 +578,83 @@ fn v1_clone_of_a_view_with_a_symbolic_offset_cuts_the_view_again() {
     assert_eq!(inserted_aten(&p, "aten::sym_size.int"), 2);
 }
 
+/// vLLM's case: only the token count is symbolic. The mm is `[s0, 24]` with
+/// stride `[24, 1]`, and its old value is read after a v1 call writes all of
+/// it: the clone reads `s0` at run time and nothing else (no `sym_stride`
+/// at all: torch 2.11's Inductor cannot lower one of a static dimension),
+/// and its required storage is `(s0 - 1) * 24 + 24`.
+#[test]
+fn a_clone_with_a_symbolic_token_count_reads_only_the_symbolic_dimension_at_run_time() {
+    let mut b = B::new();
+    let a = b.input("a", Some(meta(&[4, 8])));
+    let m = b.input("m", Some(meta(&[8, 24])));
+    let x = b.input("x", Some(meta(&[4, 24])));
+    let w = b.input("w", Some(meta(&[24])));
+    let tokens = mixed_meta(
+        vec![Dim::Symbolic("s0".into()), Dim::Static(24)],
+        vec![Dim::Static(24), Dim::Static(1)],
+        Dim::Static(0),
+    );
+    let mm = b.call_meta(&mm_op(), vec![n(a), n(m)], Some(tokens));
+    let af = b.v1(&rms_op(), vec![("out", n(mm)), ("x", n(x)), ("w", n(w))]);
+    let g1 = b.getitem(af, 1);
+    let g = b.output(&[g1, mm]);
+    let p = planned(&g);
+    assert_eq!(actions(&p), [Action::Cloned], "{}", dump(&g, &p));
+    assert_eq!(
+        inserted_aten(&p, "aten::sym_size.int"),
+        1,
+        "{}",
+        dump(&g, &p)
+    );
+    assert_eq!(
+        inserted_aten(&p, "aten::sym_stride.int"),
+        0,
+        "{}",
+        dump(&g, &p)
+    );
+    // The flat copy's view first, then the copy viewed back with the mm's
+    // layout.
+    let view = p
+        .edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                callee: Callee::Aten("aten::as_strided.default"),
+                args,
+                ..
+            } => Some(args),
+            _ => None,
+        })
+        .next_back()
+        .expect("an as_strided");
+    let PlanArg::List(size) = &view[1] else {
+        unreachable!()
+    };
+    assert!(
+        matches!(size[..], [PlanArg::Ref(ValueRef::New(_)), PlanArg::Int(24)]),
+        "{size:?}"
+    );
+    assert_eq!(
+        view[2],
+        PlanArg::List(vec![PlanArg::Int(24), PlanArg::Int(1)])
+    );
+    assert_eq!(view[3], PlanArg::Int(0));
+    // (s0 - 1) * 24, then + 24 (the offset plus one plus the static terms).
+    let ops: Vec<&str> = p
+        .edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                callee: Callee::Operator(op),
+                ..
+            } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, ["sub", "mul", "add"]);
+}
+
 /// A written getitem of `split_with_sizes` whose offset is symbolic: the
 /// split itself holds a list, not a tensor, so the copy is made of the
 /// split's source and both the split and the getitem are applied again to
@@ -872,7 +949,7 @@ fn in_place_call_writing_an_input_and_a_buffer_keeps_them_apart() {
                 &as_strided_op(),
                 vec![n(x), ints(&[4, 8]), ints(&[1, 4]), Value::Int(0)],
                 Some(TensorMeta {
-                    stride: Some(vec![1, 4]),
+                    strides: Some(fxrewrite::ir::static_dims(&[1, 4])),
                     ..meta(&[4, 8])
                 }),
             )

@@ -15,7 +15,7 @@ use common::builder::*;
 use common::graphs::*;
 use common::ops::*;
 use common::plans::*;
-use fxrewrite::ir::{Graph, NodeId, TensorMeta, Value};
+use fxrewrite::ir::{Graph, NodeId, Value};
 use fxrewrite::plan::{PlanArg, ValueRef};
 use fxrewrite::{Action, Form};
 
@@ -56,13 +56,8 @@ fn v1_rotary_on_split_qkv_removes_both_scatters() {
 #[test]
 fn v1_rotary_on_head_views_of_split_qkv_with_a_symbolic_token_count_is_rewritten() {
     let (sym_size, view) = (sym_size_op(), view_op());
-    // Symbolic layouts: no static shape or stride in the metadata.
-    let symbolic = |rank: u32| TensorMeta {
-        shape: None,
-        stride: None,
-        rank,
-        ..meta(&[3, 16])
-    };
+    // Symbolic layouts: every size and stride symbolic in the metadata.
+    let symbolic = |rank: u32| symbolic_meta(rank, Some(0));
     let mut b = B::new();
     let a = b.input("a", Some(symbolic(2)));
     let wq = b.input("wqkv", Some(meta(&[8, 16])));

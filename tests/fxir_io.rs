@@ -11,8 +11,8 @@ use fxrewrite::ir::io::{
 use fxrewrite::ir::schema::OpTags;
 use fxrewrite::ir::validate::MAX_VALUE_DEPTH;
 use fxrewrite::ir::{
-    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
-    TargetId, TargetKind, TensorMeta, Value,
+    static_dims, AliasInfo, ArgType, Dim, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg,
+    SchemaReturn, Target, TargetId, TargetKind, TensorMeta, Value,
 };
 use fxrewrite::Error;
 use proptest::prelude::*;
@@ -47,14 +47,9 @@ fn meta(shape: &[i64], storage: u64) -> TensorMeta {
         stride[i] = stride[i + 1] * shape[i + 1];
     }
     TensorMeta {
-        dtype: "float32".into(),
-        rank: shape.len() as u32,
-        shape: Some(shape.to_vec()),
-        stride: Some(stride),
-        storage_offset: Some(0),
-        itemsize: 4,
         storage: Some(storage),
         device: "cuda:0".into(),
+        ..TensorMeta::static_strided("float32", 4, shape, &stride, 0)
     }
 }
 
@@ -202,10 +197,10 @@ fn rich_graph() -> Graph {
     let mut w = node(OpCode::GetAttr, "weight", attr, vec![]);
     w.meta = Some(TensorMeta {
         dtype: "bfloat16".into(),
-        rank: 1,
-        shape: None,
-        stride: None,
-        storage_offset: None,
+        // A symbolic size and no strides (not a strided tensor).
+        sizes: vec![Dim::Symbolic("s0".into())],
+        strides: None,
+        offset: None,
         itemsize: 2,
         storage: None,
         device: String::new(),
@@ -223,7 +218,7 @@ fn rich_graph() -> Graph {
         ],
     );
     s.meta = Some(TensorMeta {
-        storage_offset: Some(-3),
+        offset: Some(Dim::Static(-3)),
         storage: Some(u64::MAX),
         ..meta(&[2, 128], 1)
     });
@@ -256,7 +251,9 @@ fn rich_graph() -> Graph {
     // Transposed (stored strides), next to a zero-size tensor (contiguous
     // by torch's rule, size 0 counting as 1).
     gi.meta = Some(TensorMeta {
-        stride: Some(vec![1, 4]),
+        // Per-dimension: one symbolic size and stride beside static ones.
+        sizes: vec![Dim::Symbolic("s0".into()), Dim::Static(128)],
+        strides: Some(vec![Dim::Static(1), Dim::Symbolic("s0".into())]),
         storage: Some(7),
         ..meta(&[4, 128], 1)
     });
@@ -307,7 +304,7 @@ fn rich_graph() -> Graph {
     ));
     let mut m = node(OpCode::CallModule, "mlp", module, vec![Value::Node(v)]);
     m.meta = Some(TensorMeta {
-        stride: Some(vec![3, 3, 1]),
+        strides: Some(static_dims(&[3, 3, 1])),
         ..meta(&[2, 0, 3], 3)
     });
     let m = g.add_node(m);
@@ -830,20 +827,28 @@ fn wrong_magic_is_refused_with_a_diagnosis() {
 #[test]
 fn other_format_versions_are_refused_with_error_version() {
     let mut bytes = io::write(&minimal_graph(), &FileInfo::new());
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    assert_eq!(FORMAT_VERSION, 2);
+    // A newer version is refused, and the message names both versions.
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let err = io::read(&bytes).unwrap_err();
     assert_eq!(
-        io::read(&bytes),
-        Err(Error::Version {
-            found: 2,
+        err,
+        Error::Version {
+            found: 3,
             supported: FORMAT_VERSION
-        })
+        }
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("version 3") && msg.contains("reads versions 1 to 2"),
+        "{msg}"
     );
     // Even a file that is only magic + version is enough to say so.
     assert_eq!(
         io::read(&bytes[..12]),
         Err(Error::Version {
-            found: 2,
-            supported: 1
+            found: 3,
+            supported: 2
         })
     );
     let v0 = assemble_with(0, 0, 0, &[]);
@@ -851,6 +856,87 @@ fn other_format_versions_are_refused_with_error_version() {
         io::read(&v0),
         Err(Error::Version { found: 0, .. })
     ));
+}
+
+/// Files saved by a build of format version 1 still read: the graphs of
+/// `tests/data/format1/` (the command line fixtures as that build saved
+/// them) decode with every size, stride and offset static, as saved, and
+/// the plan is the one of the same graph saved in version 2.
+#[test]
+fn version_1_files_still_read() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    for form in ["v1", "v2"] {
+        let old = std::fs::read(data.join(format!("format1/cli_model_{form}.fxir"))).unwrap();
+        assert_eq!(u32::from_le_bytes(old[8..12].try_into().unwrap()), 1);
+        let (g, info) = io::read(&old).unwrap();
+        assert!(info.torch_version().is_some());
+        let metas: Vec<&TensorMeta> = g.nodes.iter().filter_map(|n| n.meta.as_ref()).collect();
+        assert!(metas.len() > 5, "{form}: {} metas", metas.len());
+        assert!(
+            metas.iter().all(|m| m.shape().is_some()
+                && m.stride().is_some()
+                && m.storage_offset().is_some()),
+            "{form}: a static compile's meta read as symbolic"
+        );
+        // Written again, it is a version-2 file of the same graph.
+        let again = io::write(&g, &info);
+        assert_eq!(
+            u32::from_le_bytes(again[8..12].try_into().unwrap()),
+            FORMAT_VERSION
+        );
+        assert_eq!(io::read(&again).unwrap().0, g);
+        let new = std::fs::read(data.join(format!("cli_model_{form}.fxir"))).unwrap();
+        let (g2, _) = io::read(&new).unwrap();
+        let plan = |g: &Graph| format!("{:?}", fxrewrite::plan(g).unwrap().edits);
+        assert_eq!(plan(&g), plan(&g2), "{form}");
+    }
+}
+
+/// A version-1 meta with no sizes and no strides but a storage offset (a
+/// tensor compiled with dynamic shapes) reads as strided, every size and
+/// stride symbolic: what version 1's engine made of it.
+#[test]
+fn a_version_1_symbolic_meta_reads_as_symbolic_dimensions() {
+    // Meta v1: dtype 1, device 1, rank 2, itemsize 4, flags offset (0x04),
+    // offset 0.
+    let bytes = assemble_with(
+        1,
+        0,
+        4,
+        &[
+            (SECTION_STRINGS, strings(&["output", "x"])),
+            (SECTION_INFO, empty_info()),
+            (SECTION_TARGETS, std_targets()),
+            (
+                SECTION_NODES,
+                nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 2, 4, 0x04, 0]]),
+            ),
+        ],
+    );
+    let (g, _) = io::read(&bytes).unwrap();
+    let m = g.nodes[0].meta.as_ref().unwrap();
+    let unknown = Dim::Symbolic("?".into());
+    assert_eq!(m.sizes, [unknown.clone(), unknown.clone()]);
+    assert_eq!(m.strides, Some(vec![unknown.clone(), unknown]));
+    assert_eq!(m.offset, Some(Dim::Static(0)));
+    assert_eq!(m.itemsize, 4);
+    // A huge rank with no sizes is a corrupt file, not a list to allocate.
+    let bytes = assemble_with(
+        1,
+        0,
+        4,
+        &[
+            (SECTION_STRINGS, strings(&["output", "x"])),
+            (SECTION_INFO, empty_info()),
+            (SECTION_TARGETS, std_targets()),
+            (
+                SECTION_NODES,
+                nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0xff, 0xff, 0x03, 4, 0x04, 0]]),
+            ),
+        ],
+    );
+    let (_, d) = decode_err(&bytes);
+    assert!(d.contains("meta rank 65535 too large"), "{d}");
 }
 
 // ----- hostile and malformed files (valid checksum) -------------------------------------
@@ -1018,30 +1104,46 @@ fn bad_codes_indices_and_utf8_are_refused() {
             file_with_nodes(&[output_node(&[12, 0x80, 0x80, 0x80, 0x80, 0x10], 1)]),
             "does not fit 32 bits",
         ),
-        // Meta flags: contiguous without a shape, and with stored strides.
+        // Meta (dtype, device, itemsize, flags, ...): contiguous strides of
+        // a tensor that is not strided.
         (
-            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0, 0x10]]),
-            "contiguous strides need a shape",
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x10]]),
+            "contiguous strides need a strided tensor",
+        ),
+        // Contiguous strides of a symbolic size.
+        (
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x32, 1, 1, 0]]),
+            "contiguous strides need static sizes",
+        ),
+        // Unknown meta flags (0x01 and 0x04 were version 1's).
+        (
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x40]]),
+            "unknown bits 0x40 in meta flags",
         ),
         (
-            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0, 0x13, 0, 0]]),
-            "contiguous strides need a shape",
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x01]]),
+            "unknown bits 0x01 in meta flags",
         ),
-        // Unknown meta flag.
+        // A dimension tag that is neither static nor symbolic.
         (
-            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0, 0x20]]),
-            "unknown bits 0x20 in meta flags",
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x20, 1, 2]]),
+            "meta sizes: bad dimension tag 2",
         ),
-        // Contiguous strides of a shape whose product overflows.
+        // One stride for two sizes.
+        (
+            file_with_nodes(&[vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x02, 2, 0, 0, 1, 0, 0]]),
+            "meta: 1 strides for 2 sizes",
+        ),
+        // Contiguous strides of sizes whose product overflows.
         (
             file_with_nodes(&[{
-                let mut n = vec![0x0d, 0, 0, 0, 0, 1, 1, 3, 0, 0x11, 3];
+                let mut n = vec![0x0d, 0, 0, 0, 0, 1, 1, 0, 0x12, 3];
                 for _ in 0..3 {
                     varint(&mut n, zz(1 << 40));
                 }
                 n
             }]),
-            "contiguous strides of the shape overflow",
+            "contiguous strides of the sizes overflow",
         ),
     ];
     for (bytes, want) in cases {
@@ -1143,9 +1245,9 @@ fn section_structure_is_checked() {
     assert!(d.contains("missing section 'nodes'"), "{d}");
 
     // The header's section count disagrees with the sections present.
-    let (_, d) = decode_err(&assemble_with(1, 0, 3, &good));
+    let (_, d) = decode_err(&assemble_with(FORMAT_VERSION, 0, 3, &good));
     assert!(d.contains("missing section 'nodes'"), "{d}");
-    let (_, d) = decode_err(&assemble_with(1, 0, 5, &good));
+    let (_, d) = decode_err(&assemble_with(FORMAT_VERSION, 0, 5, &good));
     assert!(d.contains("truncated (reading section tag)"), "{d}");
     let mut extra_bytes = good.to_vec();
     extra_bytes[3].1.push(0);
@@ -1156,7 +1258,7 @@ fn section_structure_is_checked() {
     );
 
     // Unknown header flags.
-    let (offset, d) = decode_err(&assemble_with(1, 4, 4, &good));
+    let (offset, d) = decode_err(&assemble_with(FORMAT_VERSION, 4, 4, &good));
     assert_eq!(offset, 12);
     assert!(d.contains("unknown header flags 0x4"), "{d}");
 
@@ -1378,39 +1480,44 @@ fn arb_dims() -> impl Strategy<Value = Vec<i64>> {
     ]
 }
 
+fn arb_dim() -> impl Strategy<Value = Dim> {
+    prop_oneof![
+        3 => any::<i64>().prop_map(Dim::Static),
+        1 => arb_string().prop_map(Dim::Symbolic),
+    ]
+}
+
 fn arb_meta() -> impl Strategy<Value = TensorMeta> {
     (
-        (arb_string(), any::<u32>()),
-        prop::option::of(arb_dims()),
-        prop::option::of(arb_dims()),
-        any::<bool>(),
-        prop::option::of(any::<i64>()),
+        arb_string(),
+        prop_oneof![
+            arb_dims().prop_map(|d| static_dims(&d)),
+            prop::collection::vec(arb_dim(), 0..5),
+        ],
+        // Strides: none (not strided), the contiguous ones, or any.
+        0u8..3,
+        prop::collection::vec(arb_dim(), 5),
+        arb_dim(),
         any::<u32>(),
         prop::option::of(any::<u64>()),
         arb_string(),
     )
         .prop_map(
-            |(
-                (dtype, rank),
-                shape,
-                stride,
-                contiguous,
-                storage_offset,
-                itemsize,
-                storage,
-                device,
-            )| {
-                // Often make the strides the contiguous ones (stored as a flag).
-                let stride = match (&shape, contiguous) {
-                    (Some(shape), true) => Some(torch_contiguous(shape)),
-                    _ => stride,
+            |(dtype, sizes, strided, any_strides, offset, itemsize, storage, device)| {
+                let rank = sizes.len();
+                let shape: Option<Vec<i64>> = sizes.iter().map(Dim::as_static).collect();
+                let strides = match (strided, shape) {
+                    (0, _) => None,
+                    // Often make the strides the contiguous ones (stored as a flag).
+                    (1, Some(shape)) => Some(static_dims(&torch_contiguous(&shape))),
+                    _ => Some(any_strides[..rank].to_vec()),
                 };
+                let offset = strides.is_some().then_some(offset);
                 TensorMeta {
                     dtype,
-                    rank,
-                    shape,
-                    stride,
-                    storage_offset,
+                    sizes,
+                    strides,
+                    offset,
                     itemsize,
                     storage,
                     device,

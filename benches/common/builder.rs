@@ -170,7 +170,7 @@ impl Tv {
     }
 
     pub(super) fn shape(&self) -> Vec<i64> {
-        self.meta().shape.clone().unwrap_or_default()
+        self.meta().shape().unwrap_or_default()
     }
 }
 
@@ -208,14 +208,15 @@ impl<'c> Builder<'c> {
     ) -> TensorMeta {
         let storage = storage.unwrap_or_else(|| self.fresh_storage());
         TensorMeta {
-            dtype: dtype.into(),
-            rank: u32::try_from(layout.shape.len()).unwrap_or(0),
-            shape: Some(layout.shape),
-            stride: Some(layout.stride),
-            storage_offset: Some(layout.offset),
-            itemsize: dtype_size(dtype),
             storage: Some(storage),
             device: DEVICE.into(),
+            ..TensorMeta::static_strided(
+                dtype,
+                dtype_size(dtype),
+                &layout.shape,
+                &layout.stride,
+                layout.offset,
+            )
         }
     }
 
@@ -288,13 +289,13 @@ impl<'c> Builder<'c> {
     pub(super) fn transpose(&mut self, w: &Tv) -> Tv {
         let m = w.meta().clone();
         let (shape, stride) = (
-            m.shape.clone().unwrap_or_default(),
-            m.stride.clone().unwrap_or_default(),
+            m.shape().unwrap_or_default(),
+            m.stride().unwrap_or_default(),
         );
         let layout = Layout {
             shape: vec![shape[1], shape[0]],
             stride: vec![stride[1], stride[0]],
-            offset: m.storage_offset.unwrap_or(0),
+            offset: m.storage_offset().unwrap_or(0),
         };
         let meta = self.view_of(w, layout);
         let t = self.t.permute;
@@ -312,10 +313,10 @@ impl<'c> Builder<'c> {
     pub(super) fn select(&mut self, x: &Tv, dim: usize, index: i64) -> Tv {
         let m = x.meta().clone();
         let (mut shape, mut stride) = (
-            m.shape.clone().unwrap_or_default(),
-            m.stride.clone().unwrap_or_default(),
+            m.shape().unwrap_or_default(),
+            m.stride().unwrap_or_default(),
         );
-        let offset = m.storage_offset.unwrap_or(0) + index * stride[dim];
+        let offset = m.storage_offset().unwrap_or(0) + index * stride[dim];
         shape.remove(dim);
         stride.remove(dim);
         let meta = self.view_of(
@@ -354,8 +355,8 @@ impl<'c> Builder<'c> {
         );
         let m = x.meta().clone();
         let (shape, stride) = (
-            m.shape.clone().unwrap_or_default(),
-            m.stride.clone().unwrap_or_default(),
+            m.shape().unwrap_or_default(),
+            m.stride().unwrap_or_default(),
         );
         let mut start = 0;
         let mut out = Vec::new();
@@ -364,7 +365,7 @@ impl<'c> Builder<'c> {
                 let layout = Layout {
                     shape: vec![shape[0], s],
                     stride: stride.clone(),
-                    offset: m.storage_offset.unwrap_or(0) + start * stride[1],
+                    offset: m.storage_offset().unwrap_or(0) + start * stride[1],
                 };
                 let meta = self.view_of(x, layout);
                 out.push(Some(self.getitem(&list, i as i64, meta)));
@@ -380,13 +381,13 @@ impl<'c> Builder<'c> {
     pub(super) fn slice_last(&mut self, x: &Tv, start: i64, end: i64) -> Tv {
         let m = x.meta().clone();
         let (shape, stride) = (
-            m.shape.clone().unwrap_or_default(),
-            m.stride.clone().unwrap_or_default(),
+            m.shape().unwrap_or_default(),
+            m.stride().unwrap_or_default(),
         );
         let layout = Layout {
             shape: vec![shape[0], end - start],
             stride: stride.clone(),
-            offset: m.storage_offset.unwrap_or(0) + start * stride[1],
+            offset: m.storage_offset().unwrap_or(0) + start * stride[1],
         };
         let meta = self.view_of(x, layout);
         let t = self.t.slice;
@@ -402,7 +403,7 @@ impl<'c> Builder<'c> {
     /// A fresh tensor with the layout of `like` (an auto_functionalized result).
     pub(super) fn fresh_like(&mut self, like: &Tv) -> Option<TensorMeta> {
         let m = like.meta().clone();
-        let layout = Layout::contiguous(&m.shape.clone().unwrap_or_default());
+        let layout = Layout::contiguous(&m.shape().unwrap_or_default());
         Some(self.tensor_meta(&m.dtype, layout, None))
     }
 

@@ -164,12 +164,12 @@ impl Builder<'_> {
             let vc = self.select(&cache_new, 0, 1);
             let kt = self.transpose(&kc);
             let qm = q.meta().clone();
-            let qs = qm.stride.clone().unwrap_or_default();
+            let qs = qm.stride().unwrap_or_default();
             let groups = qw / kvw;
             let layout = Layout {
                 shape: vec![tok, groups, kvw],
                 stride: vec![qs[0], kvw * qs[1], qs[1]],
-                offset: qm.storage_offset.unwrap_or(0),
+                offset: qm.storage_offset().unwrap_or(0),
             };
             let meta = self.view_of(&q, layout);
             let t = self.t.reshape;

@@ -140,8 +140,12 @@ def describe_target(obj: Any) -> tuple[str, int, Any]:
 
 
 def tensor_meta(val: Any) -> tuple[Any, ...] | None:
-    """``(dtype, rank, shape, stride, offset, itemsize, storage, device)`` of a
-    tensor value; ``None`` entries where symbolic, ``None`` for a non-tensor.
+    """``(dtype, sizes, strides, offset, itemsize, storage, device)`` of a
+    tensor value, ``None`` for a non-tensor. Each size, stride and the offset
+    is an ``int``, or the ``str`` of its symbolic expression (``s0``,
+    ``64*s0``): a graph compiled for a symbolic token count keeps its other
+    dimensions as numbers. ``strides`` and ``offset`` are ``None`` for a
+    tensor that is not strided.
 
     The reader calls it for every operand the engine consults (thousands of
     nodes on a large graph), so it reads each fact once and names dtypes and
@@ -149,16 +153,12 @@ def tensor_meta(val: Any) -> tuple[Any, ...] | None:
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        dims = tuple(val.shape)
-        rank = len(dims)
-        shape = dims if all(type(d) is int for d in dims) else None
-        stride = None
+        sizes = _dims(val.shape)
+        strides = None
         offset = None
         if val.layout == torch.strided:
-            st = val.stride()
-            stride = st if all(type(d) is int for d in st) else None
-            off = val.storage_offset()
-            offset = off if type(off) is int else None
+            strides = _dims(val.stride())
+            offset = _dim(val.storage_offset())
         storage = None
         if torch._C._has_storage(val):
             storage = val.untyped_storage()._cdata & 0xFFFF_FFFF_FFFF_FFFF
@@ -168,9 +168,28 @@ def tensor_meta(val: Any) -> tuple[Any, ...] | None:
         device = _DEVICE_NAMES.get(val.device)
         if device is None:
             device = _DEVICE_NAMES[val.device] = str(val.device)
-        return (dtype[0], rank, shape, stride, offset, dtype[1], storage, device)
+        return (dtype[0], sizes, strides, offset, dtype[1], storage, device)
     except Exception:  # metadata is optional; a tensor subclass may refuse any of these
         return None
+
+
+def _dims(dims: Any) -> tuple[int | str, ...]:
+    if all(type(d) is int for d in dims):  # the common case: no symbol at all
+        return tuple(dims)
+    return tuple(_dim(d) for d in dims)
+
+
+def _dim(d: Any) -> int | str:
+    """A size, stride or offset: its number, or its expression's text. A
+    SymInt is never turned into an ``int`` (that would add a guard
+    specializing the graph); one whose expression is a number is read as
+    that number."""
+    if type(d) is int:
+        return d
+    expr = d.node.expr
+    if getattr(expr, "is_number", False) and getattr(expr, "is_integer", False):
+        return int(expr)
+    return str(expr)
 
 
 _DTYPE_NAMES: dict[torch.dtype, tuple[str, int]] = {}

@@ -22,16 +22,7 @@ pub fn meta(shape: &[i64]) -> TensorMeta {
     for i in (0..shape.len().saturating_sub(1)).rev() {
         stride[i] = stride[i + 1] * shape[i + 1];
     }
-    TensorMeta {
-        dtype: "float32".into(),
-        rank: u32::try_from(shape.len()).unwrap_or(0),
-        shape: Some(shape.to_vec()),
-        stride: Some(stride),
-        storage_offset: Some(0),
-        itemsize: 4,
-        storage: None,
-        device: "cpu".into(),
-    }
+    TensorMeta::static_strided("float32", 4, shape, &stride, 0)
 }
 
 /// An operator: its qualified overload name and schema.

@@ -129,8 +129,7 @@ impl Context<'_> {
                 .node(m)
                 .meta
                 .as_ref()
-                .and_then(|m| m.shape.as_ref())
-                .is_some_and(|s| s.contains(&0))
+                .is_some_and(|m| m.sizes.contains(&crate::ir::Dim::Static(0)))
         };
         let buffer_empty = static_empty(buf) || self.geometry(buf).provably_empty();
         let mut args = call.written.iter().filter(|w| w.buffer == b).peekable();

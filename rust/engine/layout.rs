@@ -5,7 +5,7 @@
 //! `unit_clone.rs` from these.
 
 use crate::analysis::alias::Role;
-use crate::ir::{Graph, NodeId, TargetKind};
+use crate::ir::{Dim, Graph, NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 
 use super::Context;
@@ -13,7 +13,7 @@ use super::Context;
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
     let m = graph.node(n).meta.as_ref()?;
-    Some((m.shape.clone()?, m.stride.clone()?, m.storage_offset?))
+    Some((m.shape()?, m.stride()?, m.storage_offset()?))
 }
 
 /// The layout a clone of a node must reproduce.
@@ -25,8 +25,14 @@ pub(super) enum CloneLayout {
         stride: Vec<i64>,
         offset: i64,
     },
-    /// Sizes or strides are symbolic: read them at run time.
-    Symbolic { rank: u32, offset: i64 },
+    /// Some sizes or strides are symbolic: those are read at run time, the
+    /// static ones are plain numbers (the releases before 2.12 cannot
+    /// lower a `sym_stride` of a static dimension).
+    Symbolic {
+        size: Vec<Dim>,
+        stride: Vec<Dim>,
+        offset: i64,
+    },
 }
 
 /// Why [`clone_layout`] gives no layout for a node; its `Display` is the
@@ -54,17 +60,18 @@ pub(super) fn clone_layout(graph: &Graph, n: NodeId) -> std::result::Result<Clon
     let Some(m) = graph.node(n).meta.as_ref() else {
         return Err(NoLayout::NoMetadata);
     };
-    let Some(offset) = m.storage_offset else {
+    let (Some(strides), Some(offset)) = (&m.strides, m.storage_offset()) else {
         return Err(NoLayout::SymbolicOffset);
     };
-    Ok(match (&m.shape, &m.stride) {
+    Ok(match (m.shape(), m.stride()) {
         (Some(size), Some(stride)) => CloneLayout::Static {
-            size: size.clone(),
-            stride: stride.clone(),
+            size,
+            stride,
             offset,
         },
         _ => CloneLayout::Symbolic {
-            rank: m.rank,
+            size: m.sizes.clone(),
+            stride: strides.clone(),
             offset,
         },
     })
@@ -337,7 +344,11 @@ impl Context<'_> {
                     PlanArg::Int(needed),
                 )
             }
-            CloneLayout::Symbolic { rank, offset } => self.symbolic_layout(af, base, rank, offset),
+            CloneLayout::Symbolic {
+                size,
+                stride,
+                offset,
+            } => self.symbolic_layout(af, base, &size, &stride, offset),
         };
         let copy = self.plan.flat_copy(af, base, needed);
         let mut out = self.plan.insert(
@@ -358,54 +369,78 @@ impl Context<'_> {
     }
 
     /// Sizes, strides, storage offset and required storage length of `base`
-    /// as run-time values: `sym_size` / `sym_stride` per dimension and the
+    /// as run-time values: a number for each static dimension, `sym_size` /
+    /// `sym_stride` for each symbolic one, and the
     /// `offset + 1 + sum((size - 1) * stride)` of
-    /// `torch._prims_common.compute_required_storage_length`. Symbolic
-    /// dimensions are at least 2 under Inductor's shape environment, so the
-    /// zero-size case of that function cannot arise for them.
+    /// `torch._prims_common.compute_required_storage_length`, with its
+    /// static terms summed here. Symbolic dimensions are at least 2 under
+    /// Inductor's shape environment, so the zero-size case of that function
+    /// arises only for a static size 0.
     pub(super) fn symbolic_layout(
         &mut self,
         af: NodeId,
         base: ValueRef,
-        rank: u32,
+        size: &[Dim],
+        stride: &[Dim],
         offset: i64,
     ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
         let mut sizes = Vec::new();
         let mut strides = Vec::new();
-        let mut needed = PlanArg::Int(offset + 1);
-        for d in 0..i64::from(rank) {
-            let query = |cx: &mut Self, op: &'static str| {
-                PlanArg::Ref(ValueRef::New(cx.plan.insert(
+        let mut known = offset + 1;
+        let mut needed: Option<PlanArg> = None;
+        let mut empty = false;
+        for (d, (sz, st)) in (0_i64..).zip(size.iter().zip(stride)) {
+            let query = |cx: &mut Self, dim: &Dim, op: &'static str| match dim {
+                Dim::Static(v) => PlanArg::Int(*v),
+                Dim::Symbolic(_) => PlanArg::Ref(ValueRef::New(cx.plan.insert(
                     af,
                     Callee::Aten(op),
                     vec![PlanArg::Ref(base), PlanArg::Int(d)],
                     vec![],
                     MetaSource::Compute,
-                )))
+                ))),
             };
-            let size = query(self, "aten::sym_size.int");
-            let stride = query(self, "aten::sym_stride.int");
-            let arith = |cx: &mut Self, op: &'static str, a: PlanArg, b: PlanArg| {
-                PlanArg::Ref(ValueRef::New(cx.plan.insert(
-                    af,
-                    Callee::Operator(op),
-                    vec![a, b],
-                    vec![],
-                    MetaSource::Compute,
-                )))
-            };
-            let last = arith(self, "sub", size.clone(), PlanArg::Int(1));
-            let extent = arith(self, "mul", last, stride.clone());
-            needed = arith(self, "add", needed, extent);
-            sizes.push(size);
-            strides.push(stride);
+            let size_arg = query(self, sz, "aten::sym_size.int");
+            let stride_arg = query(self, st, "aten::sym_stride.int");
+            match (sz.as_static(), st.as_static()) {
+                (Some(0), _) => empty = true,
+                // A size-1 dimension or a stride-0 one adds nothing.
+                (Some(1), _) | (_, Some(0)) => {}
+                (Some(s), Some(t)) => known += (s - 1) * t,
+                _ => {
+                    let last = self.arith(af, "sub", size_arg.clone(), PlanArg::Int(1));
+                    let extent = self.arith(af, "mul", last, stride_arg.clone());
+                    needed = Some(match needed {
+                        None => extent,
+                        Some(sum) => self.arith(af, "add", sum, extent),
+                    });
+                }
+            }
+            sizes.push(size_arg);
+            strides.push(stride_arg);
         }
+        let needed = match (empty, needed) {
+            (true, _) => PlanArg::Int(0),
+            (false, None) => PlanArg::Int(known),
+            (false, Some(sum)) => self.arith(af, "add", sum, PlanArg::Int(known)),
+        };
         (
             PlanArg::List(sizes),
             PlanArg::List(strides),
             PlanArg::Int(offset),
             needed,
         )
+    }
+
+    /// `a op b` on run-time integers (`operator.add` and its kin).
+    fn arith(&mut self, af: NodeId, op: &'static str, a: PlanArg, b: PlanArg) -> PlanArg {
+        PlanArg::Ref(ValueRef::New(self.plan.insert(
+            af,
+            Callee::Operator(op),
+            vec![a, b],
+            vec![],
+            MetaSource::Compute,
+        )))
     }
 }
 

@@ -74,17 +74,11 @@ impl Context<'_> {
                 cur = m;
             }
         }
-        let meta = self.graph.node(n).meta.as_ref();
-        meta.and_then(|m| {
-            Some(
-                m.shape
-                    .as_ref()?
-                    .iter()
-                    .zip(m.stride.as_ref()?)
-                    .any(|(&s, &st)| st == 0 && s > 1),
-            )
-        })
-        .unwrap_or(false)
+        self.graph
+            .node(n)
+            .meta
+            .as_ref()
+            .is_some_and(crate::ir::TensorMeta::has_overlapping_elements)
     }
 }
 

@@ -394,8 +394,8 @@ mod tests {
     fn symbolic(dtype: &str) -> crate::ir::TensorMeta {
         crate::ir::TensorMeta {
             dtype: dtype.into(),
-            shape: None,
-            stride: None,
+            sizes: vec![crate::ir::Dim::Symbolic("s0".into()), 8.into()],
+            strides: Some(vec![8.into(), 1.into()]),
             ..meta(&[4, 8])
         }
     }
@@ -471,7 +471,7 @@ mod tests {
             &[(ArgType::Tensor, "a")],
         );
         let layout = crate::ir::TensorMeta {
-            stride: Some(stride.to_vec()),
+            strides: Some(crate::ir::static_dims(stride)),
             ..meta(&[1, 8])
         };
         let v = b.call_meta("v", &permute, vec![n(nx), ints(&[0, 1])], Some(layout));

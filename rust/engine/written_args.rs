@@ -100,32 +100,18 @@ impl Context<'_> {
         let bm = self.graph.node(base).meta.as_ref()?;
         match self.graph.node(x).meta.as_ref() {
             Some(xm) => {
-                if xm.dtype.is_empty()
-                    || xm.dtype != bm.dtype
-                    || usize::try_from(xm.rank).ok()? != size.len()
-                {
+                if xm.dtype.is_empty() || xm.dtype != bm.dtype || xm.sizes.len() != size.len() {
                     return None;
                 }
-                if let Some(shape) = &xm.shape {
-                    let same = size.iter().zip(shape).all(|(s, &d)| match s {
-                        Value::Int(i) => *i == d,
-                        _ => true,
-                    });
-                    if !same {
-                        return None;
-                    }
+                if !same_static_dims(&size, &xm.sizes) {
+                    return None;
                 }
                 // A view of another stride with the same offset (`t[-1, ::2]`
                 // where `t[-1]` was traced first) is not the written view.
                 if let (Some(stride), Some(Value::List(want) | Value::Tuple(want))) =
-                    (&xm.stride, self.graph.node(call.node).kwarg(&keys[1]))
+                    (&xm.strides, self.graph.node(call.node).kwarg(&keys[1]))
                 {
-                    let same = want.len() == stride.len()
-                        && want.iter().zip(stride).all(|(s, &d)| match s {
-                            Value::Int(i) => *i == d,
-                            _ => true,
-                        });
-                    if !same {
+                    if want.len() != stride.len() || !same_static_dims(want, stride) {
                         return None;
                     }
                 }
@@ -134,7 +120,7 @@ impl Context<'_> {
             // views): its rank follows from its steps on the base, and steps
             // the engine models keep the dtype.
             None => {
-                if self.rank_through_steps(base, x, bm.rank)? != size.len() {
+                if self.rank_through_steps(base, x, bm.rank())? != size.len() {
                     return None;
                 }
             }
@@ -163,6 +149,18 @@ impl Context<'_> {
         }
         Some(rank)
     }
+}
+
+/// False when a dimension both sides know as a number differs: a symbolic
+/// dimension on either side (a node in the kwargs, an expression in the
+/// metadata) is not compared.
+fn same_static_dims(want: &[crate::ir::Value], have: &[crate::ir::Dim]) -> bool {
+    want.iter()
+        .zip(have)
+        .all(|(w, h)| match (w, h.as_static()) {
+            (crate::ir::Value::Int(i), Some(d)) => *i == d,
+            _ => true,
+        })
 }
 
 /// The rank of an unmodelled view `v` of a rank-`rank` source, where its

@@ -242,19 +242,60 @@ impl Value {
     }
 }
 
-/// Tensor facts from `meta['val']`, where the graph had them.
+/// One size, stride or storage offset of a tensor: a number, or a symbolic
+/// expression (its `str`, as sympy prints it) known only at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum Dim {
+    /// A number the graph was specialized to.
+    Static(i64),
+    /// An expression of the graph's symbols (`s0`, `2*s0 + 1`).
+    Symbolic(String),
+}
+
+impl Dim {
+    /// The number, when static.
+    #[must_use]
+    pub fn as_static(&self) -> Option<i64> {
+        match self {
+            Dim::Static(v) => Some(*v),
+            Dim::Symbolic(_) => None,
+        }
+    }
+}
+
+impl From<i64> for Dim {
+    fn from(v: i64) -> Self {
+        Dim::Static(v)
+    }
+}
+
+/// Static dimensions from numbers.
+#[must_use]
+pub fn static_dims(v: &[i64]) -> Vec<Dim> {
+    v.iter().copied().map(Dim::Static).collect()
+}
+
+/// The numbers of `dims`, when every one is static.
+fn all_static(dims: &[Dim]) -> Option<Vec<i64>> {
+    dims.iter().map(Dim::as_static).collect()
+}
+
+/// Tensor facts from `meta['val']`, where the graph had them. Each size,
+/// stride and the storage offset is static or symbolic on its own: a graph
+/// compiled for a symbolic token count has `[s0, 4096]` with stride
+/// `[4096, 1]`, and only `s0` is read at run time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct TensorMeta {
     /// dtype name (`float32`), empty when unknown.
     pub dtype: String,
-    /// Number of dimensions.
-    pub rank: u32,
-    /// Sizes, when all are static.
-    pub shape: Option<Vec<i64>>,
-    /// Strides, when all are static.
-    pub stride: Option<Vec<i64>>,
-    /// Storage offset, when static.
-    pub storage_offset: Option<i64>,
+    /// One size per dimension.
+    pub sizes: Vec<Dim>,
+    /// One stride per dimension; absent for a tensor that is not strided
+    /// (sparse, nested).
+    pub strides: Option<Vec<Dim>>,
+    /// The storage offset; absent for a tensor that is not strided.
+    pub offset: Option<Dim>,
     /// Bytes per element.
     pub itemsize: u32,
     /// A key identifying the storage in the traced program: equal keys mean
@@ -265,13 +306,69 @@ pub struct TensorMeta {
 }
 
 impl TensorMeta {
+    /// A strided tensor whose every size and stride and offset is static.
+    #[must_use]
+    pub fn static_strided(
+        dtype: &str,
+        itemsize: u32,
+        size: &[i64],
+        stride: &[i64],
+        offset: i64,
+    ) -> Self {
+        TensorMeta {
+            dtype: dtype.to_string(),
+            sizes: static_dims(size),
+            strides: Some(static_dims(stride)),
+            offset: Some(Dim::Static(offset)),
+            itemsize,
+            storage: None,
+            device: "cpu".to_string(),
+        }
+    }
+
+    /// Number of dimensions.
+    #[must_use]
+    pub fn rank(&self) -> u32 {
+        u32::try_from(self.sizes.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The sizes, when all are static.
+    #[must_use]
+    pub fn shape(&self) -> Option<Vec<i64>> {
+        all_static(&self.sizes)
+    }
+
+    /// The strides, when the tensor is strided and all are static.
+    #[must_use]
+    pub fn stride(&self) -> Option<Vec<i64>> {
+        all_static(self.strides.as_ref()?)
+    }
+
+    /// The storage offset, when the tensor is strided and it is static.
+    #[must_use]
+    pub fn storage_offset(&self) -> Option<i64> {
+        self.offset.as_ref()?.as_static()
+    }
+
+    /// True when a stride 0 spans more than one element, so that elements
+    /// share memory (an `expand`); a symbolic size is at least 2 under
+    /// Inductor's shape environment.
+    #[must_use]
+    pub fn has_overlapping_elements(&self) -> bool {
+        self.strides.as_ref().is_some_and(|strides| {
+            self.sizes
+                .iter()
+                .zip(strides)
+                .any(|(s, st)| *st == Dim::Static(0) && !matches!(s.as_static(), Some(0 | 1)))
+        })
+    }
+
     /// Bytes covered by the tensor's elements, when the shape is static.
     #[must_use]
     pub fn nbytes(&self) -> Option<u64> {
-        let shape = self.shape.as_ref()?;
         let mut n: u64 = u64::from(self.itemsize);
-        for &d in shape {
-            n = n.checked_mul(u64::try_from(d).ok()?)?;
+        for d in &self.sizes {
+            n = n.checked_mul(u64::try_from(d.as_static()?).ok()?)?;
         }
         Some(n)
     }

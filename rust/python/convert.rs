@@ -6,8 +6,8 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::ir::schema::OpTags;
 use crate::ir::{
-    AliasInfo, ArgType, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn, Target,
-    TargetId, TargetKind, TensorMeta, Value,
+    AliasInfo, ArgType, Dim, Graph, Node, NodeId, OpCode, OpSchema, SchemaArg, SchemaReturn,
+    Target, TargetId, TargetKind, TensorMeta, Value,
 };
 
 use crate::ir::wire::value_tag::{
@@ -154,34 +154,90 @@ pub(super) fn schema_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<OpSchema>> 
     }))
 }
 
-type MetaTuple = (
+type MetaTuple<'py> = (
     String,
-    u32,
-    Option<Vec<i64>>,
-    Option<Vec<i64>>,
-    Option<i64>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
     u32,
     Option<u64>,
     String,
 );
+
+/// One size, stride or offset: an `int`, or a `str` of a symbolic expression.
+fn dim_from(obj: &Bound<'_, PyAny>) -> PyResult<Dim> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Dim::Symbolic(s.to_str()?.to_string()));
+    }
+    Ok(Dim::Static(obj.extract()?))
+}
+
+fn dims_from(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Dim>> {
+    obj.try_iter()?.map(|d| dim_from(&d?)).collect()
+}
+
+fn dim_to<'py>(py: Python<'py>, d: &Dim) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match d {
+        Dim::Static(v) => v.into_pyobject(py)?.into_any(),
+        Dim::Symbolic(s) => s.into_pyobject(py)?.into_any(),
+    })
+}
+
+fn dims_to<'py>(py: Python<'py>, dims: &[Dim]) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        dims.iter()
+            .map(|d| dim_to(py, d))
+            .collect::<PyResult<Vec<_>>>()?,
+    )
+}
 
 /// Tensor metadata from `fxrewrite.encode.tensor_meta`'s tuple (`None`: none).
 pub(super) fn meta_from(obj: &Bound<'_, PyAny>) -> PyResult<Option<TensorMeta>> {
     if obj.is_none() {
         return Ok(None);
     }
-    let (dtype, rank, shape, stride, storage_offset, itemsize, storage, device): MetaTuple =
-        obj.extract()?;
+    let (dtype, sizes, strides, offset, itemsize, storage, device): MetaTuple = obj.extract()?;
     Ok(Some(TensorMeta {
         dtype,
-        rank,
-        shape,
-        stride,
-        storage_offset,
+        sizes: dims_from(&sizes)?,
+        strides: if strides.is_none() {
+            None
+        } else {
+            Some(dims_from(&strides)?)
+        },
+        offset: if offset.is_none() {
+            None
+        } else {
+            Some(dim_from(&offset)?)
+        },
         itemsize,
         storage,
         device,
     }))
+}
+
+/// Tensor metadata as the tuple [`meta_from`] reads.
+fn meta_to<'py>(py: Python<'py>, m: &TensorMeta) -> PyResult<Bound<'py, PyAny>> {
+    let strides = match &m.strides {
+        None => py.None().into_bound(py),
+        Some(s) => dims_to(py, s)?.into_any(),
+    };
+    let offset = match &m.offset {
+        None => py.None().into_bound(py),
+        Some(d) => dim_to(py, d)?,
+    };
+    Ok((
+        m.dtype.clone(),
+        dims_to(py, &m.sizes)?,
+        strides,
+        offset,
+        m.itemsize,
+        m.storage,
+        m.device.clone(),
+    )
+        .into_pyobject(py)?
+        .into_any())
 }
 
 /// Builds a graph from `(targets, nodes)` (see encode.py for the layout).
@@ -292,18 +348,7 @@ pub fn graph_to_parts<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, Py
         }
         let meta = match &n.meta {
             None => py.None().into_bound(py),
-            Some(m) => (
-                m.dtype.clone(),
-                m.rank,
-                m.shape.clone(),
-                m.stride.clone(),
-                m.storage_offset,
-                m.itemsize,
-                m.storage,
-                m.device.clone(),
-            )
-                .into_pyobject(py)?
-                .into_any(),
+            Some(m) => meta_to(py, m)?,
         };
         let source = match &n.source {
             None => py.None().into_bound(py),

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use fxrewrite::ir::{
-    Graph, Node, NodeId, OpCode, OpSchema, Target, TargetId, TargetKind, TensorMeta, Value,
+    Dim, Graph, Node, NodeId, OpCode, OpSchema, Target, TargetId, TargetKind, TensorMeta, Value,
 };
 
 use super::ops::{empty_op, rms_op, Op};
@@ -32,16 +32,7 @@ pub fn meta(shape: &[i64]) -> TensorMeta {
     for i in (0..shape.len().saturating_sub(1)).rev() {
         stride[i] = stride[i + 1] * shape[i + 1];
     }
-    TensorMeta {
-        dtype: "float32".into(),
-        rank: u32::try_from(shape.len()).unwrap(),
-        shape: Some(shape.to_vec()),
-        stride: Some(stride),
-        storage_offset: Some(0),
-        itemsize: 4,
-        storage: None,
-        device: "cpu".into(),
-    }
+    TensorMeta::static_strided("float32", 4, shape, &stride, 0)
 }
 
 #[derive(Default)]
@@ -235,21 +226,33 @@ pub fn rms_v2(b: &mut B, base: NodeId, x: NodeId, w: NodeId) -> NodeId {
 
 /// Metadata of a float32 tensor with an explicit layout.
 pub fn strided_meta(shape: &[i64], stride: &[i64], offset: i64) -> TensorMeta {
-    TensorMeta {
-        stride: Some(stride.to_vec()),
-        storage_offset: Some(offset),
-        ..meta(shape)
-    }
+    TensorMeta::static_strided("float32", 4, shape, stride, offset)
 }
 
 /// Metadata of a float32 tensor of rank `rank` compiled with dynamic shapes:
-/// sizes and strides symbolic, the storage offset static (`Some`) or not.
+/// every size and stride symbolic (`s0`, `t0`, ...), the storage offset
+/// static (`Some`) or symbolic (`u0`).
 pub fn symbolic_meta(rank: u32, offset: Option<i64>) -> TensorMeta {
+    let dims = |prefix: &str| -> Vec<Dim> {
+        (0..rank)
+            .map(|d| Dim::Symbolic(format!("{prefix}{d}")))
+            .collect()
+    };
     TensorMeta {
-        rank,
-        shape: None,
-        stride: None,
-        storage_offset: offset,
+        sizes: dims("s"),
+        strides: Some(dims("t")),
+        offset: Some(offset.map_or_else(|| Dim::Symbolic("u0".into()), Dim::Static)),
+        ..meta(&[])
+    }
+}
+
+/// Metadata of a float32 tensor whose sizes, strides and offset are each
+/// static or symbolic (`static_dims`-style numbers, or `Dim::Symbolic`).
+pub fn mixed_meta(sizes: Vec<Dim>, strides: Vec<Dim>, offset: Dim) -> TensorMeta {
+    TensorMeta {
+        sizes,
+        strides: Some(strides),
+        offset: Some(offset),
         ..meta(&[])
     }
 }

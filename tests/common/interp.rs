@@ -3,7 +3,7 @@
 //! in-place calls on shared memory, so the two can be compared.
 use std::collections::HashMap;
 
-use fxrewrite::ir::{ArgType, Graph, NodeId, OpCode, OpSchema, TargetKind, Value};
+use fxrewrite::ir::{ArgType, Graph, NodeId, OpCode, OpSchema, TargetKind, TensorMeta, Value};
 use fxrewrite::plan::{Callee, NewId, PlanArg, ValueRef};
 use fxrewrite::{Edit, Plan};
 
@@ -757,8 +757,8 @@ fn run_node(
             if s.is_mutable() && t.name != "aten::copy_.default" {
                 mem.mutating(&t.name, &a)
             } else {
-                let shape = node.meta.as_ref().and_then(|m| m.shape.as_ref());
-                mem.pure_op_shaped(&t.name, &a, shape)
+                let shape = node.meta.as_ref().and_then(TensorMeta::shape);
+                mem.pure_op_shaped(&t.name, &a, shape.as_ref())
             }
         }
         (_, TargetKind::AutoFunctionalized) => {
@@ -919,13 +919,13 @@ fn setup_inputs(mem: &mut Mem, g: &Graph) -> HashMap<ValueRef, V> {
             let shape = node
                 .meta
                 .as_ref()
-                .and_then(|m| m.shape.clone())
+                .and_then(TensorMeta::shape)
                 .unwrap_or_else(|| vec![4, 8]);
             let m = node.meta.as_ref();
             let stride = m
-                .and_then(|m| m.stride.clone())
+                .and_then(TensorMeta::stride)
                 .unwrap_or_else(|| contiguous(&shape));
-            let off = m.and_then(|m| m.storage_offset).unwrap_or(0);
+            let off = m.and_then(TensorMeta::storage_offset).unwrap_or(0);
             let len = off
                 + shape
                     .iter()

@@ -130,7 +130,7 @@ struct T {
 }
 
 fn contiguous(size: &[i64]) -> Vec<i64> {
-    meta(size).stride.unwrap()
+    meta(size).stride().unwrap()
 }
 
 pub struct Gen {
@@ -153,11 +153,8 @@ impl Gen {
     }
 
     fn meta_of(&self, size: &[i64], stride: &[i64], offset: i64) -> Option<TensorMeta> {
-        self.with_meta.then(|| TensorMeta {
-            stride: Some(stride.to_vec()),
-            storage_offset: Some(offset),
-            ..meta(size)
-        })
+        self.with_meta
+            .then(|| TensorMeta::static_strided("float32", 4, size, stride, offset))
     }
 
     fn set_meta(&mut self, id: NodeId, size: &[i64], stride: &[i64], offset: i64) {

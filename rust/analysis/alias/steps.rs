@@ -143,12 +143,12 @@ pub enum Dim {
 }
 
 fn meta_rank(graph: &Graph, n: NodeId) -> Option<i64> {
-    graph.node(n).meta.as_ref().map(|m| i64::from(m.rank))
+    graph.node(n).meta.as_ref().map(|m| i64::from(m.rank()))
 }
 
 fn meta_size(graph: &Graph, n: NodeId, dim: i64) -> Option<i64> {
-    let shape = graph.node(n).meta.as_ref()?.shape.as_ref()?;
-    shape.get(usize::try_from(dim).ok()?).copied()
+    let sizes = &graph.node(n).meta.as_ref()?.sizes;
+    sizes.get(usize::try_from(dim).ok()?)?.as_static()
 }
 
 fn norm_dim(graph: &Graph, src: NodeId, dim: i64) -> Option<i64> {
@@ -302,7 +302,7 @@ pub(super) fn view_step(
                 arg(node, schema, 1).and_then(|v| v.as_int_list()),
                 graph.node(src).meta.as_ref(),
             ) {
-                (Some(shape), Some(m)) => m.shape.as_ref() == Some(&shape),
+                (Some(shape), Some(m)) => m.shape().as_ref() == Some(&shape),
                 _ => false,
             };
             if same_shape {

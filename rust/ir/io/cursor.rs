@@ -26,6 +26,9 @@ pub(super) struct Reader<'a> {
     pub(super) budget_total: usize,
     /// The last storage key decoded (storage keys are delta-coded).
     pub(super) prev_storage: u64,
+    /// The file's format version (a tensor meta of version 1 is laid out
+    /// otherwise).
+    pub(super) version: u32,
 }
 
 impl<'a> Reader<'a> {
@@ -212,6 +215,7 @@ mod tests {
                 budget: 0,
                 budget_total: 0,
                 prev_storage: 0,
+                version: 2,
             };
             assert_eq!(r.varint("v"), Ok(v));
         }
@@ -234,6 +238,7 @@ mod tests {
                 budget: 0,
                 budget_total: 0,
                 prev_storage: 0,
+                version: 2,
             };
             assert!(r.varint("v").is_err(), "{bad:?}");
         }

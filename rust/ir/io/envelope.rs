@@ -47,7 +47,7 @@ pub(super) fn bad_magic(bytes: &[u8]) -> Error {
 
 /// Checks the header, the length field and the checksum; returns the bytes
 /// the checksum covers and the section count.
-pub(super) fn envelope(bytes: &[u8]) -> Result<(&[u8], u32)> {
+pub(super) fn envelope(bytes: &[u8]) -> Result<(&[u8], u32, u32)> {
     let n = bytes.len();
     match bytes.get(..MAGIC.len()) {
         Some(m) if m == MAGIC => {}
@@ -65,7 +65,7 @@ pub(super) fn envelope(bytes: &[u8]) -> Result<(&[u8], u32)> {
             format!("truncated in header: the file is only {n} bytes (reading version)"),
         )
     })?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(Error::Version {
             found: version,
             supported: FORMAT_VERSION,
@@ -115,5 +115,5 @@ pub(super) fn envelope(bytes: &[u8]) -> Result<(&[u8], u32)> {
         ));
     }
     let sections = le_u32(bytes, OFF_SECTION_COUNT).unwrap_or(0);
-    Ok((body, sections))
+    Ok((body, sections, version))
 }

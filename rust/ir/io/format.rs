@@ -12,7 +12,13 @@ use serde::Serialize;
 pub const MAGIC: [u8; 8] = *b"\x89FXIR\r\n\x1a";
 
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 stores each size, stride and the storage offset as static or
+/// symbolic on its own (version 1: a tensor's sizes or strides were all
+/// static or all absent).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build still reads.
+pub const OLDEST_READ_VERSION: u32 = 1;
 
 /// Size of the fixed header: magic, version, flags, section count, file length.
 pub const HEADER_LEN: usize = 28;
@@ -150,15 +156,32 @@ pub(super) const ALIAS_PRESENT: u8 = 0x01;
 pub(super) const ALIAS_WRITE: u8 = 0x02;
 pub(super) const ARG_KWARG_ONLY: u8 = 0x04;
 
+// Tensor meta flags of version 1 (sizes, strides and offset each all
+// static or absent; no symbolic dimension).
+pub(super) const V1_META_SHAPE: u8 = 0x01;
+pub(super) const V1_META_STRIDE: u8 = 0x02;
+pub(super) const V1_META_STORAGE_OFFSET: u8 = 0x04;
+/// The expression a symbolic dimension of a version-1 file reads as: that
+/// version stored none.
+pub const V1_UNKNOWN_DIM: &str = "?";
+/// The largest rank a version-1 meta without sizes may declare.
+pub(super) const MAX_V1_RANK: usize = 1024;
 // Tensor meta flags.
-pub(super) const META_SHAPE: u8 = 0x01;
-pub(super) const META_STRIDE: u8 = 0x02;
-pub(super) const META_STORAGE_OFFSET: u8 = 0x04;
+/// Strides and the storage offset are present (a strided tensor).
+pub(super) const META_STRIDED: u8 = 0x02;
 pub(super) const META_STORAGE: u8 = 0x08;
-/// The strides are the contiguous (row-major) strides of the shape and are
-/// not stored.
+/// The strides are the contiguous (row-major) strides of the sizes, all
+/// static, and are not stored.
 pub(super) const META_CONTIGUOUS: u8 = 0x10;
-
+/// Every size, stride and the offset is stored as a tagged dimension
+/// ([`DIM_STATIC`] then an integer, or [`DIM_SYMBOLIC`] then a string);
+/// without it, each is a plain integer.
+pub(super) const META_SYMBOLIC: u8 = 0x20;
+/// Tag of a static dimension in a [`META_SYMBOLIC`] meta.
+pub(super) const DIM_STATIC: u8 = 0;
+/// Tag of a symbolic dimension (its expression follows) in a
+/// [`META_SYMBOLIC`] meta.
+pub(super) const DIM_SYMBOLIC: u8 = 1;
 /// Tag bits [`OpTags::bits`] defines in this version.
 pub(super) const KNOWN_TAG_BITS: u8 = 0x07;
 

@@ -10,7 +10,9 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::ir::schema::{OpSchema, OpTags, SchemaArg, SchemaReturn};
 use crate::ir::validate::{validate, MAX_VALUE_DEPTH};
-use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, TensorMeta, Value};
+use crate::ir::{
+    static_dims, Dim, Graph, Node, NodeId, OpCode, Target, TargetId, TargetKind, TensorMeta, Value,
+};
 
 impl Reader<'_> {
     fn string_table(&mut self) -> Result<()> {
@@ -160,6 +162,99 @@ impl Reader<'_> {
         })
     }
 
+    fn dim(&mut self, what: &str, tagged: bool) -> Result<Dim> {
+        let start = self.pos;
+        let tag = if tagged { self.u8(what)? } else { DIM_STATIC };
+        match tag {
+            DIM_STATIC => Ok(Dim::Static(self.signed(what)?)),
+            DIM_SYMBOLIC => Ok(Dim::Symbolic(self.string(what)?)),
+            t => Err(self.err_at(start, format_args!("{what}: bad dimension tag {t}"))),
+        }
+    }
+
+    fn dims(&mut self, what: &str, tagged: bool) -> Result<Vec<Dim>> {
+        let n = self.count(what, 1)?;
+        let mut xs = Vec::with_capacity(n.min(PREALLOC_LIMIT));
+        for _ in 0..n {
+            xs.push(self.dim(what, tagged)?);
+        }
+        Ok(xs)
+    }
+
+    fn meta(&mut self) -> Result<TensorMeta> {
+        if self.version == 1 {
+            return self.meta_v1();
+        }
+        let dtype = self.string("meta dtype")?;
+        let device = self.string("meta device")?;
+        let itemsize = self.u32("meta itemsize")?;
+        let flags_at = self.pos;
+        let flags = self.flags(
+            "meta flags",
+            META_STRIDED | META_STORAGE | META_CONTIGUOUS | META_SYMBOLIC,
+        )?;
+        if flags & META_CONTIGUOUS != 0 && flags & META_STRIDED == 0 {
+            return Err(self.err_at(
+                flags_at,
+                "meta flags: contiguous strides need a strided tensor",
+            ));
+        }
+        let tagged = flags & META_SYMBOLIC != 0;
+        let sizes_at = self.pos;
+        let sizes = self.dims("meta sizes", tagged)?;
+        let (strides, offset) = if flags & META_STRIDED != 0 {
+            let strides = if flags & META_CONTIGUOUS != 0 {
+                let shape: Option<Vec<i64>> = sizes.iter().map(Dim::as_static).collect();
+                let Some(shape) = shape else {
+                    return Err(
+                        self.err_at(flags_at, "meta flags: contiguous strides need static sizes")
+                    );
+                };
+                let strides = contiguous_strides(&shape).ok_or_else(|| {
+                    self.err_at(flags_at, "meta: contiguous strides of the sizes overflow")
+                })?;
+                static_dims(&strides)
+            } else {
+                let at = self.pos;
+                let strides = self.dims("meta strides", tagged)?;
+                if strides.len() != sizes.len() {
+                    return Err(self.err_at(
+                        at,
+                        format_args!(
+                            "meta: {} strides for {} sizes (at {sizes_at})",
+                            strides.len(),
+                            sizes.len()
+                        ),
+                    ));
+                }
+                strides
+            };
+            (
+                Some(strides),
+                Some(self.dim("meta storage offset", tagged)?),
+            )
+        } else {
+            (None, None)
+        };
+        let storage = if flags & META_STORAGE != 0 {
+            let delta = self.signed("meta storage key")?;
+            let key = self.prev_storage.wrapping_add(delta as u64);
+            self.prev_storage = key;
+            Some(key)
+        } else {
+            None
+        };
+        Ok(TensorMeta {
+            dtype,
+            sizes,
+            strides,
+            offset,
+            itemsize,
+            storage,
+            device,
+        })
+    }
+
     fn ints(&mut self, what: &str) -> Result<Vec<i64>> {
         let n = self.count(what, 1)?;
         let mut xs = Vec::with_capacity(n.min(PREALLOC_LIMIT));
@@ -169,7 +264,11 @@ impl Reader<'_> {
         Ok(xs)
     }
 
-    fn meta(&mut self) -> Result<TensorMeta> {
+    /// A tensor meta of version 1: the rank, then sizes, strides and offset
+    /// each all static or absent. An absent one reads as symbolic
+    /// ([`V1_UNKNOWN_DIM`]) where the tensor is strided (its strides or its
+    /// offset present), as version 1's own engine read it.
+    fn meta_v1(&mut self) -> Result<TensorMeta> {
         let dtype = self.string("meta dtype")?;
         let device = self.string("meta device")?;
         let rank = self.u32("meta rank")?;
@@ -177,20 +276,26 @@ impl Reader<'_> {
         let flags_at = self.pos;
         let flags = self.flags(
             "meta flags",
-            META_SHAPE | META_STRIDE | META_STORAGE_OFFSET | META_STORAGE | META_CONTIGUOUS,
+            V1_META_SHAPE
+                | V1_META_STRIDE
+                | V1_META_STORAGE_OFFSET
+                | META_STORAGE
+                | META_CONTIGUOUS,
         )?;
-        if flags & META_CONTIGUOUS != 0 && (flags & META_STRIDE != 0 || flags & META_SHAPE == 0) {
+        if flags & META_CONTIGUOUS != 0
+            && (flags & V1_META_STRIDE != 0 || flags & V1_META_SHAPE == 0)
+        {
             return Err(self.err_at(
                 flags_at,
                 "meta flags: contiguous strides need a shape and no stored strides",
             ));
         }
-        let shape = if flags & META_SHAPE != 0 {
+        let shape = if flags & V1_META_SHAPE != 0 {
             Some(self.ints("meta shape")?)
         } else {
             None
         };
-        let stride = if flags & META_STRIDE != 0 {
+        let stride = if flags & V1_META_STRIDE != 0 {
             Some(self.ints("meta stride")?)
         } else if flags & META_CONTIGUOUS != 0 {
             let strides = shape.as_deref().and_then(contiguous_strides);
@@ -200,7 +305,7 @@ impl Reader<'_> {
         } else {
             None
         };
-        let storage_offset = if flags & META_STORAGE_OFFSET != 0 {
+        let offset = if flags & V1_META_STORAGE_OFFSET != 0 {
             Some(self.signed("meta storage offset")?)
         } else {
             None
@@ -213,12 +318,34 @@ impl Reader<'_> {
         } else {
             None
         };
+        // Torch tensors have at most 64 dimensions; a larger rank with no
+        // shape is a corrupt file, not a list to allocate.
+        let rank_len = usize::try_from(rank).unwrap_or(usize::MAX);
+        if shape.is_none() && rank_len > MAX_V1_RANK {
+            return Err(self.err_at(flags_at, format_args!("meta rank {rank} too large")));
+        }
+        let unknown = || Dim::Symbolic(V1_UNKNOWN_DIM.to_string());
+        let unknowns = |n: usize| (0..n).map(|_| unknown()).collect::<Vec<_>>();
+        let sizes = match &shape {
+            Some(shape) => static_dims(shape),
+            None => unknowns(rank_len),
+        };
+        let strided = stride.is_some() || offset.is_some();
+        let strides = match stride {
+            Some(stride) => Some(static_dims(&stride)),
+            None if strided => Some(unknowns(sizes.len())),
+            None => None,
+        };
+        let offset = match offset {
+            Some(o) => Some(Dim::Static(o)),
+            None if strided => Some(unknown()),
+            None => None,
+        };
         Ok(TensorMeta {
             dtype,
-            rank,
-            shape,
-            stride,
-            storage_offset,
+            sizes,
+            strides,
+            offset,
             itemsize,
             storage,
             device,
@@ -308,7 +435,7 @@ fn section_name(tag: u8) -> &'static str {
 /// enum code, string index, UTF-8, length, nesting, trailing bytes);
 /// [`Error::InvalidGraph`] when it decodes but breaks an IR invariant.
 pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
-    let (body, section_count) = envelope(bytes)?;
+    let (body, section_count, version) = envelope(bytes)?;
     let budget = bytes
         .len()
         .saturating_mul(MAX_STRING_EXPANSION)
@@ -323,6 +450,7 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, FileInfo)> {
         budget,
         budget_total: budget,
         prev_storage: 0,
+        version,
     };
     let mut next = 0usize;
     let mut info = FileInfo::default();

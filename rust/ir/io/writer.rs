@@ -11,7 +11,7 @@ use super::read;
 use crate::ir::schema::{AliasInfo, OpSchema};
 #[cfg(doc)]
 use crate::ir::validate::validate;
-use crate::ir::{Graph, Node, TensorMeta, Value};
+use crate::ir::{static_dims, Dim, Graph, Node, TensorMeta, Value};
 
 pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -145,46 +145,73 @@ fn put_value<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, v: &'g Value, at: i64) 
     }
 }
 
-fn put_ints(out: &mut Vec<u8>, xs: &[i64]) {
-    put_len(out, xs.len());
-    for &x in xs {
-        put_varint(out, zigzag(x));
+fn put_dim<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, d: &'g Dim, tagged: bool) {
+    match d {
+        Dim::Static(v) => {
+            if tagged {
+                out.push(DIM_STATIC);
+            }
+            put_varint(out, zigzag(*v));
+        }
+        Dim::Symbolic(expr) => {
+            debug_assert!(tagged, "a symbolic dimension is written tagged");
+            out.push(DIM_SYMBOLIC);
+            s.put(out, expr);
+        }
+    }
+}
+
+fn put_dims<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, dims: &'g [Dim], tagged: bool) {
+    put_len(out, dims.len());
+    for d in dims {
+        put_dim(out, s, d, tagged);
     }
 }
 
 fn put_meta<'g>(out: &mut Vec<u8>, s: &mut Strings<'g>, m: &'g TensorMeta, prev_storage: &mut u64) {
     s.put(out, &m.dtype);
     s.put(out, &m.device);
-    put_varint(out, u64::from(m.rank));
     put_varint(out, u64::from(m.itemsize));
-    let mut flags = 0;
-    if m.shape.is_some() {
-        flags |= META_SHAPE;
-    }
-    let contiguous = match (&m.shape, &m.stride) {
-        (Some(shape), Some(stride)) => contiguous_strides(shape).as_ref() == Some(stride),
+    let symbolic = m
+        .sizes
+        .iter()
+        .chain(m.strides.iter().flatten())
+        .chain(m.offset.iter())
+        .any(|d| matches!(d, Dim::Symbolic(_)));
+    // A strided meta has both strides and an offset; one without either is
+    // written as not strided (the reader would refuse half of it).
+    let strided = match (&m.strides, &m.offset) {
+        (Some(strides), Some(_)) => Some(strides),
+        _ => None,
+    };
+    let contiguous = match (m.shape(), strided) {
+        (Some(shape), Some(strides)) => {
+            contiguous_strides(&shape).is_some_and(|c| static_dims(&c) == *strides)
+        }
         _ => false,
     };
+    let mut flags = 0;
+    if strided.is_some() {
+        flags |= META_STRIDED;
+    }
     if contiguous {
         flags |= META_CONTIGUOUS;
-    } else if m.stride.is_some() {
-        flags |= META_STRIDE;
     }
-    if m.storage_offset.is_some() {
-        flags |= META_STORAGE_OFFSET;
+    if symbolic {
+        flags |= META_SYMBOLIC;
     }
     if m.storage.is_some() {
         flags |= META_STORAGE;
     }
     out.push(flags);
-    if let Some(shape) = &m.shape {
-        put_ints(out, shape);
-    }
-    if let (Some(stride), false) = (&m.stride, contiguous) {
-        put_ints(out, stride);
-    }
-    if let Some(off) = m.storage_offset {
-        put_varint(out, zigzag(off));
+    put_dims(out, s, &m.sizes, symbolic);
+    if let Some(strides) = strided {
+        if !contiguous {
+            put_dims(out, s, strides, symbolic);
+        }
+        if let Some(offset) = &m.offset {
+            put_dim(out, s, offset, symbolic);
+        }
     }
     if let Some(storage) = m.storage {
         put_varint(out, zigzag(storage.wrapping_sub(*prev_storage) as i64));
