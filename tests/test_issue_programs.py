@@ -49,6 +49,23 @@ FAMILIES: dict[str, tuple[Program, set[tuple[bool, bool]]]] = {
         ),
         {(True, False), (True, True), (False, False), (False, True)},
     ),
+    # A user's clone given in two written slots, then read
+    # (`t = x.clone(); two_(t, t, x); add_into(out, t, x)`), the clone
+    # deleted by `remove_noop_ops` (campaign run 8, seeds 287 and 295, the
+    # latter `out_aux(t, out=t, aux=t)`): install() made the one clone the
+    # pre pass recorded, but Inductor computed that lazy value into two
+    # buffers, one per written slot, and the call wrote two memories where
+    # eager's wrote one.
+    "clone_given_in_two_written_slots": (
+        Program(
+            shapes=((8, 4),),
+            steps=(("clone", 0), ("two_", 1, 1, 0), ("out_add", 1, 0)),
+            outputs=(("direct", 2),),
+            seed=287,
+            input_layouts=(),
+        ),
+        {(True, False), (True, True), (False, False), (False, True)},
+    ),
     # A column of a realized `select_scatter` written back into a graph
     # input (seed 65535): the column must be written in place, at eager's
     # offset 3.

@@ -123,9 +123,22 @@ impl PlanBuilder {
         self.edits.push(Edit::Move { node, before });
     }
 
+    /// The edits so far and the count of realized nodes, for tests.
+    #[cfg(test)]
+    pub(super) fn edits_and_realized(&self) -> (&[Edit], usize) {
+        (&self.edits, self.report.realized)
+    }
+
+    /// Marks inserted node `id` to be computed where it stands; the report
+    /// counts it.
+    pub(super) fn realize_new(&mut self, id: NewId) {
+        self.report.realized += 1;
+        self.edits.push(Edit::RealizeNew { id });
+    }
+
     /// Marks `nodes` to be computed where they stand; the report counts them.
     pub(super) fn realize(&mut self, nodes: BTreeSet<NodeId>) {
-        self.report.realized = nodes.len();
+        self.report.realized += nodes.len();
         self.edits
             .extend(nodes.into_iter().map(|node| Edit::Realize { node }));
     }

@@ -284,6 +284,14 @@ impl Context<'_> {
                     vec![],
                     MetaSource::Compute,
                 );
+                // A plain clone is a lazy value to Inductor, and the call may
+                // get it in several slots (`two_(t, t, x)` where `t` was a
+                // clone): Inductor, given one lazy value in two written
+                // slots, computes it into two buffers, and the call writes
+                // two memories where eager's wrote one. Realized where it
+                // stands, it is one buffer every slot views. (An exact clone
+                // needs no mark: its `as_strided` realizes the copy.)
+                self.plan.realize_new(copy);
                 vec![(*node, ValueRef::New(copy))]
             }
             UnitRecipe::Ancestor {
@@ -601,10 +609,19 @@ mod tests {
             );
             assert!(cx.unit_is_a_deleted_clone(&with(&["out", "x"]), sharing, 0));
             let made = cx.emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
+            let [(m, ValueRef::New(copy))] = made[..] else {
+                panic!("one new value: {made:?}");
+            };
+            assert_eq!(m, t);
+            // The plain clone is realized where it stands: both slots of
+            // the call get its one buffer (Inductor computes a lazy value
+            // given in two written slots into two).
+            let (edits, realized) = cx.plan.edits_and_realized();
             assert!(
-                matches!(made[..], [(m, ValueRef::New(_))] if m == t),
-                "one new value"
+                edits.contains(&crate::plan::Edit::RealizeNew { id: copy }),
+                "{edits:?}"
             );
+            assert_eq!(realized, 1);
         });
     }
 

@@ -150,6 +150,13 @@ pub enum Edit {
         /// The node to materialise.
         node: NodeId,
     },
+    /// [`Edit::Realize`] for a node the plan inserted (a plain `clone` given
+    /// to a call in several slots: Inductor, given one lazy value in two
+    /// written slots, computes it into two buffers).
+    RealizeNew {
+        /// The inserted node to materialise.
+        id: NewId,
+    },
 }
 
 /// What happened to one auto_functionalized node.
@@ -301,9 +308,10 @@ pub struct Report {
     /// Input write-backs (`copy_(input, value)`) that became self-copies and
     /// were removed.
     pub writebacks_removed: usize,
-    /// Nodes marked to be computed where they stand ([`Edit::Realize`]):
-    /// readers of memory an in-place call after them writes, and
-    /// computations an in-place call writes through a view.
+    /// Nodes marked to be computed where they stand ([`Edit::Realize`],
+    /// [`Edit::RealizeNew`]): readers of memory an in-place call after them
+    /// writes, computations an in-place call writes through a view, and
+    /// plain clones a call gets.
     pub realized: usize,
 }
 

@@ -1066,7 +1066,7 @@ pub fn run_planned(g: &Graph, p: &Plan) -> R<Outcome> {
                 order.remove(at);
             }
             // A scheduling hint: no value changes.
-            Edit::Realize { .. } => {}
+            Edit::Realize { .. } | Edit::RealizeNew { .. } => {}
         }
     }
     let resolve = |r: ValueRef| -> ValueRef {

@@ -289,6 +289,11 @@ pub fn check_structure(g: &Graph, p: &Plan) -> Result<(), String> {
                     return Err(format!("edit {ei}: realize of dead node {node:?}"));
                 }
             }
+            Edit::RealizeNew { id } => {
+                if !alive.contains(&k(ValueRef::New(*id))) {
+                    return Err(format!("edit {ei}: realize of dead new node {id:?}"));
+                }
+            }
         }
     }
     if next_new != p.new_nodes {

@@ -210,6 +210,9 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<()> {
             Edit::Realize { node } => {
                 old(graph, *node)?;
             }
+            Edit::RealizeNew { id } => {
+                check_ref(graph, &prepared, ValueRef::New(*id), 0)?;
+            }
         }
     }
     check_report(graph, plan)

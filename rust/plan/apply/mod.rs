@@ -226,6 +226,16 @@ fn run<E: Editor>(graph: &Graph, plan: &Plan, editor: &mut E) -> Result<()> {
                     editor.realize(&n)?;
                 }
             }
+            Edit::RealizeNew { id } => {
+                let n = created
+                    .get(id.0 as usize)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| crate::Error::Internal {
+                        node: None,
+                        detail: format!("realize of new node {} before its insert", id.0),
+                    })?;
+                editor.realize(n)?;
+            }
             Edit::Erase { node } => doomed.push((*node, editor.original(*node)?)),
         }
     }
