@@ -320,12 +320,14 @@ def test_errors_cross_as_one_class_per_kind_with_their_fields():
         None,
         0,
     )
-    # Another format version: a VersionError, also a FileFormatError.
-    header = b"\x89FXIR\r\n\x1a" + (2).to_bytes(4, "little") + bytes(24)
+    # Another format version (newer than this build's 2): a VersionError,
+    # also a FileFormatError, naming both versions.
+    header = b"\x89FXIR\r\n\x1a" + (3).to_bytes(4, "little") + bytes(24)
     with pytest.raises(fxrewrite.FileFormatError) as version:
         fxrewrite._core.Graph.read(header)
     assert type(version.value) is fxrewrite.VersionError
     assert (version.value.kind, version.value.offset) == ("version", None)
+    assert "version 3" in str(version.value) and "versions 1 to 2" in str(version.value)
     # An invalid graph: the offending node's index.
     targets, nodes = read_native(FIXTURES / "cli_model_v1.fxir").to_parts()
     nodes = list(nodes)
