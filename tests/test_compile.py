@@ -464,8 +464,24 @@ def _updater_counts(program, v2: bool, monkeypatch) -> list[int]:
     real = fx_utils.FakeTensorUpdater.incremental_update
 
     def counted(self):
-        n = real(self)
-        counts.append(int(n or 0))
+        # 2.12 and later return how many nodes they recomputed; 2.11 returns
+        # nothing, so the nodes it fetched fake arguments for (one per node
+        # it recomputes, and for their users) are counted instead: 0 exactly
+        # when it recomputed none.
+        fetched = 0
+        real_fetch = fx_utils.get_fake_args_kwargs
+
+        def fetch(*args, **kwargs):
+            nonlocal fetched
+            fetched += 1
+            return real_fetch(*args, **kwargs)
+
+        fx_utils.get_fake_args_kwargs = fetch
+        try:
+            n = real(self)
+        finally:
+            fx_utils.get_fake_args_kwargs = real_fetch
+        counts.append(int(n) if n is not None else fetched)
         return n
 
     monkeypatch.setattr(fx_utils.FakeTensorUpdater, "incremental_update", counted)

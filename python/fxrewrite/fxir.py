@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,7 +255,13 @@ def native_from_export(
     export_log.setLevel(logging.WARNING)
     export_log.propagate = False
     try:
-        ep = torch.export.load(io.BytesIO(data))
+        with warnings.catch_warnings():
+            # torch 2.11's loader warns that the archive's bytes are not a
+            # writable buffer. Nothing here writes the loaded tensors (only
+            # the graph is read), and on the command line tool's stderr the
+            # warning reads as a second error.
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            ep = torch.export.load(io.BytesIO(data))
     except Exception as e:
         causes = [e, *(r.exc_info[1] for r in kept.records if r.exc_info and r.exc_info[1] is not None)]
         op = next((o for o in map(_unregistered_operator, causes) if o is not None), None)
