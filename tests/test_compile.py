@@ -464,8 +464,8 @@ def _updater_counts(program, v2: bool, monkeypatch) -> list[int]:
     real = fx_utils.FakeTensorUpdater.incremental_update
 
     def counted(self):
-        # 2.12 and later return how many nodes they recomputed; 2.11 returns
-        # nothing, so the nodes it fetched fake arguments for (one per node
+        # 2.13 and later return how many nodes they recomputed; 2.11 and 2.12
+        # return nothing, so the nodes it fetched fake arguments for (one per node
         # it recomputes, and for their users) are counted instead: 0 exactly
         # when it recomputed none.
         fetched = 0
