@@ -25,7 +25,7 @@ if [ -z "${FXREWRITE_PIP_CACHE:-}" ]; then
 fi
 python -m pip install --quiet --upgrade pip
 # torch first: it is the large download; the dev extras are the test tools.
-python -m pip install --quiet "torch>=2.13" "maturin>=1.7,<2"
+python -m pip install --quiet "torch>=2.10" "maturin>=1.7,<2"
 python -m pip install --quiet -e ".[dev]"
 # SGLang's plugin loader, for tests/test_sglang_plugin.py, without SGLang's dependencies: they pin
 # torch==2.14.1 and pull its CUDA kernels (gigabytes), and the loader's import needs only small
