@@ -641,18 +641,7 @@ fn a_clone_with_a_symbolic_token_count_reads_only_the_symbolic_dimension_at_run_
     );
     assert_eq!(view[3], PlanArg::Int(0));
     // (s0 - 1) * 24, then + 24 (the offset plus one plus the static terms).
-    let ops: Vec<&str> = p
-        .edits
-        .iter()
-        .filter_map(|e| match e {
-            Edit::Insert {
-                callee: Callee::Operator(op),
-                ..
-            } => Some(*op),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(ops, ["sub", "mul", "add"]);
+    assert_eq!(inserted_operators(&p), ["sub", "mul", "add"]);
 }
 
 /// A written getitem of `split_with_sizes` whose offset is symbolic: the

@@ -3,6 +3,8 @@ mutations against eager, the rewritten graph, and the clones kept."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -655,17 +657,11 @@ def test_clone_keeps_the_layout_a_stride_reading_kernel_sees(fn, v2, dynamic):
         # Only the token count is symbolic: the clone reads it at run time and
         # nothing else (every other size and every stride a plain int; torch
         # 2.11's Inductor cannot lower a sym_stride of a static dimension).
-        queries = [
-            (n.target, n.args[1])
-            for n in c.capture.after[0].graph.nodes
-            if n.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int)
-        ]
-        before = [
-            (n.target, n.args[1])
-            for n in c.capture.before[0].graph.nodes
-            if n.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int)
-        ]
-        added = [q for q in queries if q not in before or queries.count(q) > before.count(q)]
+        def queries(gm: torch.fx.GraphModule) -> Counter[tuple[object, object]]:
+            targets = (torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int)
+            return Counter((n.target, n.args[1]) for n in gm.graph.nodes if n.target in targets)
+
+        added = queries(c.capture.after[0]) - queries(c.capture.before[0])
         assert all(t is torch.ops.aten.sym_size.int and d == 0 for t, d in added), added
 
 

@@ -432,6 +432,20 @@ pub const EXACT_CLONE: [&str; 3] = [
 ];
 
 /// The Aten callees of the plan's inserts, in order.
+/// The `operator` functions (`add`, `mul`) the plan inserts, in order.
+pub fn inserted_operators(p: &Plan) -> Vec<&'static str> {
+    p.edits
+        .iter()
+        .filter_map(|e| match e {
+            Edit::Insert {
+                callee: Callee::Operator(op),
+                ..
+            } => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn inserted_atens(p: &Plan) -> Vec<&'static str> {
     p.edits
         .iter()

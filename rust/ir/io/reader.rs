@@ -162,6 +162,16 @@ impl Reader<'_> {
         })
     }
 
+    /// A meta's storage key, when `present`: delta-coded from the last one.
+    fn storage_key(&mut self, present: bool) -> Result<Option<u64>> {
+        if !present {
+            return Ok(None);
+        }
+        let delta = self.signed("meta storage key")?;
+        self.prev_storage = self.prev_storage.wrapping_add(delta as u64);
+        Ok(Some(self.prev_storage))
+    }
+
     fn dim(&mut self, what: &str, tagged: bool) -> Result<Dim> {
         let start = self.pos;
         let tag = if tagged { self.u8(what)? } else { DIM_STATIC };
@@ -236,14 +246,7 @@ impl Reader<'_> {
         } else {
             (None, None)
         };
-        let storage = if flags & META_STORAGE != 0 {
-            let delta = self.signed("meta storage key")?;
-            let key = self.prev_storage.wrapping_add(delta as u64);
-            self.prev_storage = key;
-            Some(key)
-        } else {
-            None
-        };
+        let storage = self.storage_key(flags & META_STORAGE != 0)?;
         Ok(TensorMeta {
             dtype,
             sizes,
@@ -310,14 +313,7 @@ impl Reader<'_> {
         } else {
             None
         };
-        let storage = if flags & META_STORAGE != 0 {
-            let delta = self.signed("meta storage key")?;
-            let key = self.prev_storage.wrapping_add(delta as u64);
-            self.prev_storage = key;
-            Some(key)
-        } else {
-            None
-        };
+        let storage = self.storage_key(flags & META_STORAGE != 0)?;
         // Torch tensors have at most 64 dimensions; a larger rank with no
         // shape is a corrupt file, not a list to allocate.
         let rank_len = usize::try_from(rank).unwrap_or(usize::MAX);
