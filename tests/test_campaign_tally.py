@@ -7,6 +7,10 @@ Inductor's is counted."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import campaign
 from randprog import Program
 from test_copy_counts import SNAPSHOT_OF_A_WRITTEN_INPUT
@@ -106,3 +110,20 @@ def test_a_slice_stopped_by_the_time_limit_exits_1(monkeypatch, capsys) -> None:
     assert campaign.accumulate(0, None, first_seed=3, n_programs=6) == 1
     assert judged == []
     assert "judged 0 of 6 programs" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_the_campaigns_slice_judges_its_six_programs_with_none_wrong() -> None:
+    """The campaign itself, on the same 6 programs every run (seed 0, both
+    installs and forms, eager and Inductor alone beside): it must judge
+    exactly 6 and exit 0, which it does only when every must-be-0 column is
+    0. In a child process: the campaign installs fxrewrite process-wide."""
+    script = Path(campaign.__file__)
+    run = subprocess.run(
+        [sys.executable, str(script), "--programs", "6", "--no-log", "--first-seed", "0"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    tail = run.stdout[-4000:] + run.stderr[-4000:]
+    assert run.returncode == 0, tail
+    assert "judged 6 programs" in run.stdout, tail

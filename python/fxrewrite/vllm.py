@@ -27,9 +27,13 @@ Three facts of vLLM shape this module (read in its source):
   written through views (``as_strided`` of the clone), so they would be
   removed and the call would write the original. ``VllmPass`` therefore
   makes every copy that a rewritten call writes, directly or through views,
-  with ``empty_like`` + ``copy_``: the same values, an op vLLM's pass does not
-  touch. Values are the same with either form, so the cache key does not
-  tell them apart.
+  with ``empty_like`` + the functional ``aten.copy``: an op vLLM's pass does
+  not touch, which Inductor lowers exactly as it lowers ``aten.clone`` (a new
+  buffer of the source's values). Not the in-place ``copy_``: up to torch
+  2.14, Inductor lowers ``copy_`` into a fresh buffer by pointing that buffer
+  at the source's (``mutate_to``'s fast path), so the "copy" was the source
+  itself and the call wrote the source (torch 2.15 copies). Values are the
+  same with either form, so the cache key does not tell them apart.
 
 ``"fxrewrite.vllm.pre_pass"`` names fxrewrite's pre pass the same way, for
 ``joint_custom_pre_pass`` (what ``install()`` adds: it lets the rewrite keep
@@ -123,12 +127,14 @@ def _written(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def protect_written_copies(graph: torch.fx.Graph, changed: list[torch.fx.Node]) -> list[torch.fx.Node]:
     """Remakes each ``aten.clone.default`` that a call in ``changed`` writes,
-    directly or through views, as ``empty_like`` + ``copy_``, so that vLLM's
-    clone elimination, which does not follow views, cannot remove it.
+    directly or through views, as ``empty_like`` + ``aten.copy`` (functional:
+    lowered as a clone, never as the in-place ``copy_`` whose lowering in
+    torch 2.14 and older makes the fresh buffer its source's), so that
+    vLLM's clone elimination, which does not follow views, cannot remove it.
     Returns ``changed`` with the nodes made (for the fake-tensor updater).
 
-    The two nodes take the clone's metadata: ``copy_`` returns its
-    destination, so both stand for the one new buffer the clone was.
+    The two nodes take the clone's metadata: ``aten.copy(empty, src)`` is a
+    tensor laid out as ``empty``, the one new buffer the clone was.
     """
     clones: dict[torch.fx.Node, None] = {}
     for node in changed:
@@ -144,7 +150,7 @@ def protect_written_copies(graph: torch.fx.Graph, changed: list[torch.fx.Node]) 
         src = clone.args[0]
         with graph.inserting_before(clone):
             empty = graph.call_function(_aten.empty_like.default, (src,), dict(clone.kwargs))
-            copy = graph.call_function(_aten.copy_.default, (empty, src))
+            copy = graph.call_function(_aten.copy.default, (empty, src))
         empty.meta = dict(clone.meta)
         copy.meta = dict(clone.meta)
         clone.replace_all_uses_with(copy)
