@@ -24,6 +24,14 @@ fi
 # instead of the abi3 one maturin writes (_core.abi3.so): remove it first.
 rm -f python/fxrewrite/_core.*.so
 maturin develop --release --quiet
+# The serving stacks' torch environment (below, after pytest) is mostly a download: made in
+# the background while the Rust checks run; its log is printed if making it fails.
+SERVING=(--share-cuda --with-vllm 0.34.0 2.14.0)
+if [ "${FXREWRITE_SERVING_TORCH:-1}" != 0 ]; then
+    mkdir -p target
+    bash scripts/test_torch_range.sh --make-only "${SERVING[@]}" >target/serving-env.log 2>&1 &
+    SERVING_ENV=$!
+fi
 echo "== cargo fmt / clippy (at ${SECONDS} s)"
 cargo fmt --check
 cargo clippy --all-targets --all-features --quiet -- -D warnings
@@ -54,6 +62,12 @@ if [ "${FXREWRITE_SERVING_TORCH:-1}" != 0 ]; then
     # The slice of scripts/test_torch_range.sh and tests/test_vllm_real.py (vLLM's own pass
     # classes, required: it cannot skip there), in an environment that borrows .venv's CUDA
     # libraries (about 2 GB, made on the first run, reused after).
-    bash scripts/test_torch_range.sh --share-cuda --with-vllm 0.34.0 2.14.0 -- -n "${FXREWRITE_PYTEST_WORKERS:-2}"
+    if ! wait "$SERVING_ENV"; then
+        cat target/serving-env.log >&2
+        echo "making the environment of torch 2.14.0 failed (log above)" >&2
+        exit 1
+    fi
+    grep -v "dependency resolver\|requires\|^ERROR: pip's" target/serving-env.log || true
+    bash scripts/test_torch_range.sh "${SERVING[@]}" -- -n "${FXREWRITE_PYTEST_WORKERS:-2}"
 fi
 echo "== done in ${SECONDS} s"

@@ -21,9 +21,12 @@
 #   torch and pull CUDA kernels) but with the packages its pass modules import, pinned below;
 #   its compiled kernels are removed (CUDA builds: nothing on a CPU loads them). The slice then
 #   also runs tests/test_vllm_real.py, with FXREWRITE_REQUIRE_VLLM=1: it fails, never skips.
+# --make-only: make (or keep) the environments and stop; scripts/test.sh makes its one in the
+#   background while the Rust checks run, then runs the slice.
 set -euo pipefail
 SHARE_CUDA=""
 VLLM=""
+MAKE_ONLY=""
 VERSIONS=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     case "$1" in
@@ -32,13 +35,14 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
             exit 0
             ;;
         --share-cuda) SHARE_CUDA=1 ;;
+        --make-only) MAKE_ONLY=1 ;;
         --with-vllm)
             VLLM="${2:-}"
             shift
             ;;
         *)
             if [[ ! "$1" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then
-                echo "usage: bash scripts/test_torch_range.sh [--share-cuda] [--with-vllm VERSION] [VERSION...] [-- PYTEST_ARGS...]   (--help for more)" >&2
+                echo "usage: bash scripts/test_torch_range.sh [--share-cuda] [--with-vllm VERSION] [--make-only] [VERSION...] [-- PYTEST_ARGS...]   (--help for more)" >&2
                 exit 2
             fi
             VERSIONS+=("$1")
@@ -58,9 +62,11 @@ if [ -n "$SHARE_CUDA" ] && [ ! -x "$ROOT/.venv/bin/python" ]; then
     echo "--share-cuda borrows .venv's CUDA libraries: make .venv first (bash scripts/setup.sh)" >&2
     exit 2
 fi
-WHEELS="$ROOT/target/range-wheel"
-rm -rf "$WHEELS"
-WHEEL="$(bash scripts/build_wheel.sh "$WHEELS" 2>/dev/null | tail -n 1)"
+if [ -z "$MAKE_ONLY" ]; then
+    WHEELS="$ROOT/target/range-wheel"
+    rm -rf "$WHEELS"
+    WHEEL="$(bash scripts/build_wheel.sh "$WHEELS" 2>/dev/null | tail -n 1)"
+fi
 # The test dependencies of pyproject.toml's dev extra that the slice imports (hypothesis pinned as there).
 DEPS=("pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "hypothesis==6.170.27" numpy)
 # What vLLM's pass modules (vllm.compilation.passes: inductor_pass, pass_manager,
@@ -100,6 +106,7 @@ for v in "${VERSIONS[@]}"; do
         echo "$want" >"$VENV/stamp"
         echo "== torch $v: environment made in $(($(date +%s) - t0)) s ($(du -sh "$VENV" | cut -f1))"
     fi
+    [ -z "$MAKE_ONLY" ] || continue
     "$VENV/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL"
     # The borrowed CUDA libraries, for the loader (scripts/shared_cuda_env.py wrote where they are).
     run=("$VENV/bin/python")
@@ -122,5 +129,6 @@ for v in "${VERSIONS[@]}"; do
         FAILED=1
     fi
 done
+[ -z "$MAKE_ONLY" ] || exit 0
 printf '== %s\n' "${SUMMARY[@]}"
 exit "$FAILED"
