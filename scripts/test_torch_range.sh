@@ -5,7 +5,7 @@
 #   bash scripts/test_torch_range.sh                 # torch 2.11.0 (the device machines' torch)
 #   bash scripts/test_torch_range.sh 2.11.0 2.13.0   # several, one after the other
 #   bash scripts/test_torch_range.sh 2.11.0 -- -k dynamic   # extra pytest arguments after --
-#   bash scripts/test_torch_range.sh --share-cuda --with-vllm 0.34.0 2.14.0 -- -n 2   # what scripts/test.sh runs
+#   bash scripts/test_torch_range.sh --share-cuda --with-vllm 0.34.0 --compile-only 2.14.0 -- -n 2   # scripts/test.sh's
 # One virtual environment per version, target/venv-torch<MAJOR><MINOR> (venv-torch211; PyPI's Linux wheel: a CUDA
 # build, about 4.7 GB with its nvidia-* packages, about 85 s to make here; CUDA is not needed to
 # run on the CPU), made on the first run and reused after (a stamp of what it holds). The
@@ -21,12 +21,16 @@
 #   torch and pull CUDA kernels) but with the packages its pass modules import, pinned below;
 #   its compiled kernels are removed (CUDA builds: nothing on a CPU loads them). The slice then
 #   also runs tests/test_vllm_real.py, with FXREWRITE_REQUIRE_VLLM=1: it fails, never skips.
+# --compile-only: the compile and torch-compatibility tests only (with --with-vllm, the vLLM ones
+#   too), not the command line tool's or the dry run's: what scripts/test.sh runs on 2.14, where
+#   CI's 20 minutes leave room for about a minute and a half.
 # --make-only: make (or keep) the environments and stop; scripts/test.sh makes its one in the
 #   background while the Rust checks run, then runs the slice.
 set -euo pipefail
 SHARE_CUDA=""
 VLLM=""
 MAKE_ONLY=""
+COMPILE_ONLY=""
 VERSIONS=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     case "$1" in
@@ -36,13 +40,14 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
             ;;
         --share-cuda) SHARE_CUDA=1 ;;
         --make-only) MAKE_ONLY=1 ;;
+        --compile-only) COMPILE_ONLY=1 ;;
         --with-vllm)
             VLLM="${2:-}"
             shift
             ;;
         *)
             if [[ ! "$1" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then
-                echo "usage: bash scripts/test_torch_range.sh [--share-cuda] [--with-vllm VERSION] [--make-only] [VERSION...] [-- PYTEST_ARGS...]   (--help for more)" >&2
+                echo "usage: bash scripts/test_torch_range.sh [--share-cuda] [--with-vllm VERSION] [--compile-only] [--make-only] [VERSION...] [-- PYTEST_ARGS...]   (--help for more)" >&2
                 exit 2
             fi
             VERSIONS+=("$1")
@@ -82,6 +87,7 @@ VLLM_IMPORTS=(aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated
     transformers==5.25.0 truststore==0.10.5 typing-inspection==0.4.5 urllib3==2.8.0 uvloop==0.23.0
     xgrammar==0.2.9 yarl==1.25.1)
 TESTS=(tests/test_compile.py tests/test_cli.py tests/test_torch_compat.py tests/test_cuda_graphs_dry_run.py)
+[ -z "$COMPILE_ONLY" ] || TESTS=(tests/test_compile.py tests/test_torch_compat.py)
 SUMMARY=()
 FAILED=0
 for v in "${VERSIONS[@]}"; do

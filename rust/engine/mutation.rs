@@ -27,7 +27,6 @@ use crate::analysis::alias::Role;
 use crate::analysis::liveness::for_each_reader;
 use crate::error::Result;
 use crate::forms::call::{MutationCall, ResultSlot};
-use crate::forms::Form;
 use crate::ir::NodeId;
 
 use super::checks::CloneReason;
@@ -191,7 +190,7 @@ impl Context<'_> {
             return Err((active, reason));
         }
         let cut = self.write_back_cut(root, af);
-        if call.form == Form::V1 {
+        if call.form.writes_views_back_by_scatter() {
             if let Some(chain) = self.scatter_chain(call, accepted, root) {
                 needs.chains.push(chain);
             }

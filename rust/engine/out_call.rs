@@ -4,7 +4,6 @@
 
 use crate::analysis::alias::Role;
 use crate::forms::call::OutCall;
-use crate::forms::Form;
 use crate::ir::NodeId;
 use crate::plan::{Action, Callee, MetaSource, NewId, PlanArg, ValueRef};
 
@@ -81,7 +80,7 @@ impl Context<'_> {
         }
         self.plan.erase(af);
         let op = self.op_name(call.op);
-        let decision = self.node_report(af, op, Form::V2, rule, Action::Reinplaced);
+        let decision = self.node_report(af, op, call.form, rule, Action::Reinplaced);
         self.plan.decide(decision);
         Outcome::Rewritten
     }

@@ -16,7 +16,6 @@
 
 use crate::analysis::alias::arrival_storages;
 use crate::forms::call::MutationCall;
-use crate::forms::Form;
 
 use super::checks::CloneReason;
 use super::{Context, LeftReason};
@@ -90,23 +89,17 @@ impl Context<'_> {
         if pairs.is_empty() {
             return Ok(Sharing::none(nb));
         }
-        // A v2 buffer is a base: it is named by the written arguments cut
-        // from it, as the user wrote them.
+        // A buffer is named as the user wrote it: a base (v2) by the
+        // written arguments cut from it.
         let label = |s: Slot| match s {
-            Slot::Buffer(b) if call.form == Form::V2 => {
-                let names: Vec<&str> = call
-                    .written
-                    .iter()
-                    .filter(|w| w.buffer == b)
-                    .map(|w| w.label.as_str())
-                    .collect();
+            Slot::Buffer(b) => {
+                let names = call.labels_naming_buffer(b);
                 if names.is_empty() {
                     call.buffers[b].label.clone()
                 } else {
                     names.join("`, `")
                 }
             }
-            Slot::Buffer(b) => call.buffers[b].label.clone(),
             Slot::Read(r) => call.read_nodes[r].0.clone(),
         };
         let Some(groups) = call.alias_groups.as_ref() else {
@@ -120,12 +113,10 @@ impl Context<'_> {
         let group_of_label = |l: &str| groups.iter().position(|g| g.iter().any(|s| s == l));
         let group = |s: Slot| -> std::result::Result<usize, LeftReason> {
             let labels: Vec<String> = match s {
-                // A v2 buffer is a base: the written arguments cut from it.
-                Slot::Buffer(b) if call.form == Form::V2 => call
-                    .written
-                    .iter()
-                    .filter(|w| w.buffer == b)
-                    .map(|w| w.label.clone())
+                Slot::Buffer(b) => call
+                    .labels_naming_buffer(b)
+                    .into_iter()
+                    .map(str::to_owned)
                     .collect(),
                 other => vec![label(other)],
             };
@@ -249,7 +240,7 @@ impl Context<'_> {
             }
             for o in 0..b {
                 if roots[o] == roots[b]
-                    && (call.form == Form::V2
+                    && (call.form.buffers_are_bases()
                         || !self
                             .geometry(call.buffers[o].node)
                             .provably_disjoint(&self.geometry(call.buffers[b].node)))

@@ -146,8 +146,14 @@ impl Context<'_> {
     }
 
     fn plan_af(&mut self, id: NodeId) -> Result<()> {
-        // `Role::AutoFunctionalized` is given to nodes of either form only.
-        let form = Form::of_kind(self.graph.target_of(id).kind).unwrap_or(Form::V2);
+        // `Role::AutoFunctionalized` is given to nodes of either form only:
+        // another target here is the engine's own error, not a form to guess.
+        let Some(form) = Form::of_kind(self.graph.target_of(id).kind) else {
+            return Err(crate::Error::Internal {
+                node: Some(id.0),
+                detail: "an auto_functionalized role on a node of neither form".into(),
+            });
+        };
         let op_name = match self.graph.node(id).args.first() {
             Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),

@@ -8,7 +8,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::analysis::alias::{Geometry, Role, ViewStep};
 use crate::forms::call::{MutationCall, ResultSlot};
-use crate::forms::Form;
 use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
@@ -169,28 +168,11 @@ impl Context<'_> {
                         .is_some_and(|s| s.addresses_storage(self.graph))
                         || self.storage_addressed_through_views(u)
                 }
-                Role::AutoFunctionalized => self.v2_cuts_by_offset_from(u, n),
+                Role::AutoFunctionalized => {
+                    crate::forms::reinplace_v2::cuts_by_storage_offset_from(self.graph, u, n)
+                }
                 _ => false,
             })
-    }
-
-    /// True when `af` is an `auto_functionalized_v2` with `base` among its
-    /// `_all_bases` and a written view given by storage offset.
-    fn v2_cuts_by_offset_from(&self, af: NodeId, base: NodeId) -> bool {
-        let node = self.graph.node(af);
-        if Form::of_kind(self.graph.target_of(af).kind) != Some(Form::V2) {
-            return false;
-        }
-        let is_base = matches!(
-            node.kwarg("_all_bases"),
-            Some(crate::ir::Value::List(bases))
-                if bases.iter().any(|b| matches!(b, crate::ir::Value::Node(x) if *x == base))
-        );
-        is_base
-            && node
-                .kwargs
-                .iter()
-                .any(|(k, _)| k.ends_with("_storage_offset"))
     }
 
     /// Queues the users of `n`, and of the views of `n`, for the write-back

@@ -108,6 +108,22 @@ pub struct MutationCall {
 }
 
 impl MutationCall {
+    /// The slot labels that name buffer `b` in alias-group records: a v1
+    /// buffer's own label; for a v2 base, the labels of the written
+    /// arguments cut from it (none when no written argument is).
+    #[must_use]
+    pub fn labels_naming_buffer(&self, b: usize) -> Vec<&str> {
+        if self.form.buffers_are_bases() {
+            self.written
+                .iter()
+                .filter(|w| w.buffer == b)
+                .map(|w| w.label.as_str())
+                .collect()
+        } else {
+            vec![self.buffers[b].label.as_str()]
+        }
+    }
+
     /// Every slot label of the call: its written arguments' (a v1 buffer's,
     /// a v2 written view's) and its read slots'.
     #[must_use]
@@ -152,6 +168,8 @@ impl MutationCall {
 pub struct OutCall {
     /// The auto_functionalized node.
     pub node: NodeId,
+    /// The node's form.
+    pub form: super::Form,
     /// The operator.
     pub op: TargetId,
     /// Schema arguments: name, keyword-only, and for written ones the keys of

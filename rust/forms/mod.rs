@@ -60,6 +60,31 @@ impl Form {
         }
     }
 
+    /// True when a view the call writes in place is put back into its base
+    /// by later scatter nodes of the graph (v1), which the engine may remove
+    /// once the call writes the base itself; false when the node carries the
+    /// views it writes (v2).
+    #[must_use]
+    pub fn writes_views_back_by_scatter(self) -> bool {
+        match self {
+            Form::V1 => true,
+            Form::V2 => false,
+        }
+    }
+
+    /// True when each buffer of the call is a whole base its written
+    /// arguments are cut from (v2's `_all_bases`), named by those
+    /// arguments; false when each buffer is a written argument itself (v1).
+    /// Two bases of one storage always share memory: their cuts are the
+    /// encoding's, not geometry the engine compares.
+    #[must_use]
+    pub fn buffers_are_bases(self) -> bool {
+        match self {
+            Form::V1 => false,
+            Form::V2 => true,
+        }
+    }
+
     /// The form of a node whose target is of `kind`, or `None` when it is
     /// not an auto_functionalized node.
     #[must_use]

@@ -68,6 +68,7 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
         .collect();
     Ok(OutCall {
         node,
+        form: Form::V2,
         op,
         args,
         return_buffers,

@@ -13,6 +13,23 @@ use crate::ir::{ArgType, Graph, NodeId, SchemaArg, Value};
 /// The rule (its name and parser).
 pub struct ReinplaceV2;
 
+/// True when `node` is an `auto_functionalized_v2` with `base` among its
+/// `_all_bases` and a written view given by storage offset (an `as_strided`
+/// cut, the encoding's one view that addresses storage directly).
+#[must_use]
+pub fn cuts_by_storage_offset_from(graph: &Graph, node: NodeId, base: NodeId) -> bool {
+    if Form::of_kind(graph.target_of(node).kind) != Some(Form::V2) {
+        return false;
+    }
+    let n = graph.node(node);
+    let is_base = matches!(
+        n.kwarg("_all_bases"),
+        Some(Value::List(bases))
+            if bases.iter().any(|b| matches!(b, Value::Node(x) if *x == base))
+    );
+    is_base && n.kwargs.iter().any(|(k, _)| k.ends_with("_storage_offset"))
+}
+
 impl Rule for ReinplaceV2 {
     fn name(&self) -> &'static str {
         "reinplace_v2"
