@@ -101,7 +101,15 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     venv, version, tools = Path(argv[0]), argv[1], argv[2:]
-    ours = importlib.metadata.version("cuda-toolkit")
+    try:
+        ours = importlib.metadata.version("cuda-toolkit")
+    except importlib.metadata.PackageNotFoundError:
+        print(
+            f"{sys.prefix} has no CUDA libraries to lend (a CPU build of torch?): "
+            "make the environment without --share-cuda",
+            file=sys.stderr,
+        )
+        return 3
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip(venv, "--no-deps", f"torch=={version}")

@@ -63,7 +63,7 @@ if [ "${FXREWRITE_SERVING_TORCH:-1}" != 0 ]; then
     # FXREWRITE_SERVING_TORCH=0 leaves this step out (a quicker local run; CI runs it).
     if ! wait "$SERVING_ENV"; then
         cat target/serving-env.log >&2
-        echo "making the environment of torch 2.14.0 failed (log above)" >&2
+        echo "making the environment of torch 2.14.0 failed (log above); FXREWRITE_SERVING_TORCH=0 leaves this step out" >&2
         exit 1
     fi
     grep -v "dependency resolver\|requires\|^ERROR: pip's" target/serving-env.log || true
