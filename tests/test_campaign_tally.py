@@ -10,8 +10,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
 
 import campaign
+import test_random_programs as trp
 from randprog import Program
 from test_copy_counts import SNAPSHOT_OF_A_WRITTEN_INPUT
 
@@ -127,3 +132,44 @@ def test_the_campaigns_slice_judges_its_six_programs_with_none_wrong() -> None:
     tail = run.stdout[-4000:] + run.stderr[-4000:]
     assert run.returncode == 0, tail
     assert "judged 6 programs" in run.stdout, tail
+
+
+def _held_back_judged(monkeypatch: Any, alone_runs: list[float], ours: float) -> campaign.Tally:
+    """``judge_installs`` on one program whose graph the one line held back
+    (a decision with cause ``unattributed_sharing``), where every compile is
+    wrong: Inductor alone returns ``alone_runs`` in turn, fxrewrite ``ours``."""
+    runs = iter(alone_runs)
+    held = SimpleNamespace(clones=[], decisions=[SimpleNamespace(cause="unattributed_sharing")])
+
+    def full_compile(program: Any, expected: Any, v2: bool, dynamic: bool, **kw: Any) -> str:
+        value = next(runs) if kw.get("with_fxrewrite") is False else ours
+        sink = kw.get("sink")
+        if sink is not None:
+            sink["result"] = trp.Result(outputs=(torch.tensor([value]),), inputs=[])
+            if kw.get("with_fxrewrite") is not False:
+                sink["reports"] = [held]
+        return "output 0 differs"
+
+    monkeypatch.setattr(trp, "full_compile", full_compile)
+    monkeypatch.setattr(trp, "eager", lambda program: trp.Result(outputs=(torch.tensor([1.0]),), inputs=[]))
+    tally = campaign.Tally()
+    campaign.judge_installs(ONE_COPY_MORE, False, False, {"one_line": tally})
+    return tally
+
+
+def test_a_held_back_graph_that_differs_from_a_reproducible_inductor_alone_is_counted(
+    monkeypatch: Any,
+) -> None:
+    tally = _held_back_judged(monkeypatch, alone_runs=[5.0, 5.0], ours=7.0)
+    assert tally.counts["held_back_differs"] == 1 and tally.not_reproducible == 0
+    assert tally.counts["both_wrong"] == 1
+
+
+def test_held_back_values_are_not_judged_where_inductor_alone_does_not_reproduce_its_own(
+    monkeypatch: Any,
+) -> None:
+    """torch 2.14's Inductor reads memory it never wrote on some programs it
+    gets wrong: two runs of one compile differ, so its bits are no reference."""
+    tally = _held_back_judged(monkeypatch, alone_runs=[5.0, 6.0], ours=7.0)
+    assert tally.counts["held_back_differs"] == 0 and tally.not_reproducible == 1
+    assert tally.counts["both_wrong"] == 1
