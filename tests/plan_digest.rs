@@ -9,7 +9,12 @@
 //! ```
 //!
 //! (The saved graphs' plans are checked by `tests/test_plan_snapshot.py`.)
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    missing_docs
+)]
 
 mod common;
 
