@@ -34,11 +34,11 @@ import pytest
 import torch
 import torch._dynamo
 import torch.fx
-from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
 import fxrewrite
 import fxrewrite.vllm
 import vllm_standin as S
+from fxrewrite.encode import count_auto_functionalized
 from gen_copies import count_generated_copies
 
 if os.environ.get("FXREWRITE_REQUIRE_VLLM") == "1":
@@ -145,43 +145,35 @@ class Counted:
         return self.step.uuid()
 
 
-def functional_nodes(graph: torch.fx.Graph) -> int:
-    return sum(
-        1
-        for n in graph.nodes
-        if n.op == "call_function" and n.target in (auto_functionalized, auto_functionalized_v2)
-    )
-
-
 def clones(graph: torch.fx.Graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.clone.default)
 
 
 @contextmanager
-def vllms_manager_with_fxrewrite() -> Iterator[tuple[Any, dict[str, list[int]]]]:
+def vllms_manager_with_fxrewrite(pre_pass: bool = True) -> Iterator[tuple[Any, dict[str, list[int]]]]:
     """vLLM's manager with fxrewrite added as ``configure_post_pass`` adds
     the configured pass, inside vLLM's pass context; yields the Inductor
-    config and what the wrapped steps saw."""
-    compilation = CompilationConfig(
-        inductor_passes={"post_grad_custom_post_pass": S.NAME, "joint_custom_pre_pass": S.PRE_NAME}
-    )
+    config and what the wrapped steps saw. ``pre_pass``: the documented
+    config, which names the pre pass too; without it, the post pass alone
+    (as the one line installs it)."""
+    passes = {"post_grad_custom_post_pass": S.NAME}
+    if pre_pass:
+        passes["joint_custom_pre_pass"] = S.PRE_NAME
+    compilation = CompilationConfig(inductor_passes=passes)
     manager = PostGradPassManager()
     manager.configure(vllm_config())
     manager.add(compilation.inductor_compile_config["post_grad_custom_post_pass"])
-    seen: dict[str, list[int]] = {"left_for_fix": [], "clones_before_elimination": [], "clones_after": []}
+    seen: dict[str, list[int]] = {"left_for_fix": [], "clones_before_elimination": []}
     manager.clone_elimination = Counted(
         manager.clone_elimination, lambda g: seen["clones_before_elimination"].append(clones(g))
     )
 
-    def before_fix(graph: torch.fx.Graph) -> None:
-        seen["left_for_fix"].append(functional_nodes(graph))
-        seen["clones_after"].append(clones(graph))
-
-    manager.fix_functionalization = Counted(manager.fix_functionalization, before_fix)
-    config = {
-        "post_grad_custom_post_pass": manager,
-        "joint_custom_pre_pass": compilation.inductor_compile_config["joint_custom_pre_pass"],
-    }
+    manager.fix_functionalization = Counted(
+        manager.fix_functionalization, lambda g: seen["left_for_fix"].append(count_auto_functionalized(g))
+    )
+    config = {"post_grad_custom_post_pass": manager}
+    if pre_pass:
+        config["joint_custom_pre_pass"] = compilation.inductor_compile_config["joint_custom_pre_pass"]
     with pass_context(Range(start=1, end=8192)):
         yield config, seen
 
@@ -214,20 +206,24 @@ def test_the_stand_in_resolves_names_as_vllms_compilation_config_does() -> None:
 # ----- the programs through vLLM's manager ------------------------------------------------
 
 
+@pytest.mark.parametrize("pre_pass", [True, False], ids=["with-pre-pass", "post-pass-only"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("name", sorted(S.PROGRAMS))
 def test_vllms_manager_with_fxrewrite_gives_eagers_values_and_leaves_nothing_to_fix(
-    name: str, v2: bool, dynamic: bool
+    name: str, v2: bool, dynamic: bool, pre_pass: bool
 ) -> None:
-    with vllms_manager_with_fxrewrite() as (config, seen):
+    with vllms_manager_with_fxrewrite(pre_pass) as (config, seen):
         assert S.run_program(name, config, v2=v2, dynamic=dynamic), "values differ from eager's"
     assert seen["left_for_fix"] and all(n == 0 for n in seen["left_for_fix"]), seen
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
-def test_vllms_qkv_rotary_is_rewritten_in_place_without_a_copy(v2: bool, dynamic: bool) -> None:
+@pytest.mark.parametrize("pre_pass", [True, False], ids=["with-pre-pass", "post-pass-only"])
+def test_vllms_qkv_rotary_is_rewritten_in_place_without_a_copy(
+    v2: bool, dynamic: bool, pre_pass: bool
+) -> None:
     """The graph every Llama step compiles: rotary in place on two column
     slices of one qkv, under vLLM's manager. Eager's values, nothing left
     for vLLM's FixFunctionalizationPass, no clone in the graph and no copy
@@ -235,7 +231,7 @@ def test_vllms_qkv_rotary_is_rewritten_in_place_without_a_copy(v2: bool, dynamic
     args = _qkv_inputs(7)
     expected = qkv_rotary(*[a.clone() for a in args])
     torch._dynamo.reset()
-    with vllms_manager_with_fxrewrite() as (config, seen), count_generated_copies() as copies:
+    with vllms_manager_with_fxrewrite(pre_pass) as (config, seen), count_generated_copies() as copies:
         with torch._inductor.config.patch(
             {**config, "fx_graph_cache": False, "enable_auto_functionalized_v2": v2}
         ):
