@@ -61,23 +61,20 @@ def pip(venv: Path, *args: str) -> None:
     )
 
 
-def purelib(venv: Path) -> Path:
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip())
+# VENV's site-packages, and what its requirements' markers test (VENV's interpreter may not be
+# this one; it has no `packaging` to ask).
+_VENV_FACTS = """import json, platform, sys, sysconfig
+print(json.dumps({"purelib": sysconfig.get_paths()["purelib"], "markers": {
+    "python_version": "%d.%d" % sys.version_info[:2], "platform_system": platform.system(),
+    "sys_platform": sys.platform, "platform_machine": platform.machine(), "extra": ""}}))"""
 
 
-def marker_environment(venv: Path) -> dict[str, str]:
-    code = "import json, platform, sys; print(json.dumps({'python_version': '%d.%d' % sys.version_info[:2], 'platform_system': platform.system(), 'sys_platform': sys.platform, 'platform_machine': platform.machine()}))"
+def venv_facts(venv: Path) -> tuple[Path, dict[str, str]]:
     out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", code], check=True, capture_output=True, text=True
+        [str(venv / "bin" / "python"), "-c", _VENV_FACTS], check=True, capture_output=True, text=True
     )
-    env: dict[str, str] = json.loads(out.stdout)
-    return env
+    facts = json.loads(out.stdout)
+    return Path(facts["purelib"]), facts["markers"]
 
 
 def cuda_library_dirs() -> list[Path]:
@@ -113,14 +110,13 @@ def main(argv: list[str]) -> int:
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip(venv, "--no-deps", f"torch=={version}")
-    site = purelib(venv)
+    site, marker_env = venv_facts(venv)
     (dist,) = importlib.metadata.distributions(name="torch", path=[str(site)])
-    marker_env = marker_environment(venv)
     pure: list[str] = []
     toolkit: Requirement | None = None
     for line in dist.requires or []:
         req = Requirement(line)
-        if req.marker is not None and not req.marker.evaluate({**marker_env, "extra": ""}):
+        if req.marker is not None and not req.marker.evaluate(marker_env):
             continue
         if req.name == "cuda-toolkit":
             toolkit = req
