@@ -11,7 +11,8 @@
 # run on the CPU), made on the first run and reused after (a stamp of what it holds). The
 # package is the release wheel of scripts/build_wheel.sh (abi3, built once for all versions),
 # installed into each environment with --no-deps: the command line tests start `python -m
-# fxrewrite` with only tests/ on PYTHONPATH. Not part of scripts/test.sh: see docs/versions.md.
+# fxrewrite` with only tests/ on PYTHONPATH. scripts/test.sh runs the last example above (see
+# docs/versions.md); other versions are run by hand.
 #
 # --share-cuda: the environment borrows .venv's CUDA libraries (scripts/shared_cuda_env.py:
 #   torch without its nvidia-* packages and triton, the libraries .venv lacks added, .venv's
