@@ -167,14 +167,19 @@ def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None
         return None
 
 
-def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
+def eager_input_vals(
+    af: torch.fx.Node, op: Any, call: torch.fx.Node, written_views: dict[str, list[Any] | None] | None
+) -> Any:
     """The ``eager_input_vals`` of the direct call that replaces ``af``: the
     fake values its arguments had in eager, read off ``af``'s own record
     (v1: the same arguments; v2: each written view cut again from its
     eager base). Inductor lowers a custom operator with exactly those
     strides (``constrain_to_fake_tensors``); without them it only keeps the
     stride order, and a kernel can see another stride on a size-1
-    dimension than eager passed. ``None`` when ``af`` has no record."""
+    dimension than eager passed. ``written_views``: a v2 node's written
+    tensors as the engine's parser read them off the graph the plan was
+    made from (the shape ``v2_written_views`` returns), ``None`` for v1 or
+    a v2 node it could not read. ``None`` when ``af`` has no record."""
     record = af.meta.get("eager_input_vals")
     schema = getattr(op, "_schema", None)
     if record is None or schema is None:
@@ -182,13 +187,11 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     _, eager = record
     kw: dict[str, Any] = dict(af.kwargs)  # arguments of any type, read by name
     v2 = "_all_bases" in kw
+    if v2 and written_views is None:
+        return None
 
     graph_bases = kw.get("_all_bases") or []
     same_base: dict[int, bool] = {}  # per base index: eager's layout is the graph's
-
-    written_views = v2_written_views(af, op) if v2 else {}
-    if written_views is None:
-        return None
 
     def view(slot: Any, actual: Any) -> Any:
         if slot is None:
@@ -204,11 +207,8 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         if isinstance(actual, torch.fx.Node) and isinstance(actual.meta.get("val"), torch.Tensor):
             if index not in same_base:
                 graph_base = graph_bases[index] if index < len(graph_bases) else None
-                key = _layout_key(base)
-                same_base[index] = (
-                    key is not None
-                    and isinstance(graph_base, torch.fx.Node)
-                    and key == _layout_key(graph_base.meta.get("val"))
+                same_base[index] = isinstance(graph_base, torch.fx.Node) and _same_layout(
+                    base, graph_base.meta.get("val")
                 )
             if same_base[index]:
                 return actual.meta["val"]
@@ -230,7 +230,7 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
         if not (v2 and written):
             v = eager.get(a.name)
             return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
-        slots = written_views.get(a.name)
+        slots = (written_views or {}).get(a.name)
         if slots is None:
             return None
         if not isinstance(a.type, torch.ListType):
@@ -253,19 +253,32 @@ def eager_input_vals(af: torch.fx.Node, op: Any, call: torch.fx.Node) -> Any:
     return (tuple(args), kwargs)
 
 
-def _layout_key(t: Any) -> tuple[Any, ...] | None:
-    """dtype, device, sizes, strides and storage offset of a tensor; symbolic
-    ones by their expression, since comparing SymInts would add guards."""
-    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
-        return None
+def _same_layout(a: Any, b: Any) -> bool:
+    """Whether two tensors have the same dtype, device, sizes, strides and
+    storage offset; symbolic ones compared by their expression, since
+    comparing SymInts would add guards. Called once per base of every
+    rewritten v2 node: the all-integer case is compared without building
+    keys."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
     try:
-        shape = tuple(t.shape)
-        dims: tuple[Any, ...] = (*shape, *t.stride(), t.storage_offset())
-        if not all(type(d) is int for d in dims):
-            dims = tuple(str(d) for d in dims)
-        return (t.dtype, t.device, len(shape), dims)
+        if (
+            a.dtype != b.dtype
+            or a.device != b.device
+            or a.layout != torch.strided
+            or b.layout != torch.strided
+        ):
+            return False
+        da = (*a.shape, *a.stride(), a.storage_offset())
+        db = (*b.shape, *b.stride(), b.storage_offset())
+        if len(da) != len(db):
+            return False
+        ints_a = all(type(d) is int for d in da)
+        if ints_a != all(type(d) is int for d in db):
+            return False
+        return da == db if ints_a else tuple(map(str, da)) == tuple(map(str, db))
     except Exception:  # a subclass that refuses: no shortcut
-        return None
+        return False
 
 
 def storage_of(v: Any) -> int | None:

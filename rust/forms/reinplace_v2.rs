@@ -116,8 +116,9 @@ pub enum WrittenEncoding {
 /// Reads written argument `arg` of a v2 node from its keywords (`kwargs`),
 /// pushing the keys it consumes onto `used`: the one parser of the v2
 /// encoding (`_x_base_index`, `_xs_length`, slices, as_strided views,
-/// aliases). The pre pass and the live-graph metadata read it through
-/// `fxrewrite._core.v2_written_views`.
+/// aliases). The pre pass reads a live node through
+/// `fxrewrite._core.v2_written_views`; the applier an encoded one through
+/// [`written_views`].
 ///
 /// # Errors
 /// A reason when a key is missing or holds an unexpected value, or `arg`
@@ -152,6 +153,34 @@ pub fn read_written(
         }
         ArgType::Other => Err(format!("written argument '{}' is not a tensor", arg.name)),
     }
+}
+
+/// The written arguments of node `node` as its form encodes them, in
+/// schema order, by argument name: what the applier needs to give the
+/// direct call eager's layouts (`fxrewrite.fx_meta.eager_input_vals`),
+/// read off the graph the plan was made from. `None` when the node's form
+/// passes its written arguments as they are (nothing to cut), or the node
+/// does not parse (then the call gets no eager layouts, as before).
+#[must_use]
+pub fn written_views(graph: &Graph, node: NodeId) -> Option<Vec<(String, WrittenEncoding)>> {
+    let n = graph.node(node);
+    let form = Form::of_kind(graph.targets[n.target.idx()].kind)?;
+    if !form.buffers_are_bases() {
+        return None;
+    }
+    let (_, schema) = mutable_op(graph, node).ok()?;
+    let mut used = Vec::new();
+    schema
+        .args
+        .iter()
+        .filter(|a| a.is_written())
+        .map(|arg| {
+            Some((
+                arg.name.clone(),
+                read_written(&n.kwargs, arg, &mut used).ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// Parses a generic (or `Tag.inplace`) v2 node. Any keyword this build does

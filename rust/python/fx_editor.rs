@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::error::Result;
-use crate::ir::NodeId;
+use crate::ir::{Graph, NodeId};
 use crate::plan::apply::{Arg, Editor, Insertion};
 use crate::plan::{Callee, MetaSource};
 
@@ -37,8 +37,11 @@ enum Undo<'py> {
 
 /// Edits one `torch.fx.Graph` whose nodes, in graph order, are `nodes` and
 /// whose interned callables are `targets` (the encoder's tables).
-pub struct FxEditor<'py> {
+pub struct FxEditor<'py, 'g> {
     py: Python<'py>,
+    /// The graph the plan was made from: what the applier reads of an
+    /// original node (a v2 node's written views) without asking Python.
+    ir: &'g Graph,
     graph: Bound<'py, PyAny>,
     nodes: Vec<Bound<'py, PyAny>>,
     targets: Vec<Bound<'py, PyAny>>,
@@ -66,12 +69,13 @@ fn py_err(e: &PyErr, py: Python<'_>, at: Option<u32>, what: &str) -> crate::Erro
     }
 }
 
-impl<'py> FxEditor<'py> {
+impl<'py, 'g> FxEditor<'py, 'g> {
     /// An editor of `graph`.
     ///
     /// # Errors
     /// `fxrewrite.fx_meta` cannot be imported.
     pub fn new(
+        ir: &'g Graph,
         graph: Bound<'py, PyAny>,
         nodes: Vec<Bound<'py, PyAny>>,
         targets: Vec<Bound<'py, PyAny>>,
@@ -80,6 +84,7 @@ impl<'py> FxEditor<'py> {
         let meta = py.import("fxrewrite.fx_meta")?;
         Ok(Self {
             py,
+            ir,
             graph,
             nodes,
             targets,
@@ -240,9 +245,15 @@ impl<'py> FxEditor<'py> {
         }
         let origin = &self.nodes[ins.origin.idx()];
         if matches!(ins.callee, Callee::Target(_)) {
+            let written = match crate::forms::reinplace_v2::written_views(self.ir, ins.origin) {
+                Some(w) => Some(PyDict::from_sequence(
+                    &PyList::new(py, super::written_views_to_py(py, w)?)?.into_any(),
+                )?),
+                None => None,
+            };
             let eager = self
                 .meta
-                .call_method1("eager_input_vals", (origin, &callee, &created))?;
+                .call_method1("eager_input_vals", (origin, &callee, &created, written))?;
             if !eager.is_none() {
                 meta.set_item("eager_input_vals", eager)?;
             }
@@ -328,7 +339,7 @@ impl<'py> FxEditor<'py> {
     }
 }
 
-impl<'py> Editor for FxEditor<'py> {
+impl<'py> Editor for FxEditor<'py, '_> {
     type Handle = Bound<'py, PyAny>;
 
     fn original(&self, id: NodeId) -> Result<Self::Handle> {

@@ -185,7 +185,7 @@ impl PyGraph {
                 self.graph.len()
             )));
         }
-        let mut editor = fx_editor::FxEditor::new(fx_graph.clone(), nodes, targets)?;
+        let mut editor = fx_editor::FxEditor::new(&self.graph, fx_graph.clone(), nodes, targets)?;
         crate::plan::apply::apply(&self.graph, &plan.plan, &mut editor).map_err(errors::to_py)?;
         Ok(editor.finish())
     }
@@ -268,8 +268,9 @@ type WrittenItems<'py> = Vec<Option<Bound<'py, PyAny>>>;
 
 /// The written tensors of one `auto_functionalized_v2` node, read from its
 /// keywords by the engine's own parser of the v2 encoding
-/// (`forms::reinplace_v2::read_written`), so that the pre pass and the
-/// live-graph metadata never parse it again. `schema`: the operator's
+/// (`forms::reinplace_v2::read_written`), so that the pre pass, which
+/// reads a live node before it is encoded, never parses it again (the
+/// applier reads the encoded node: `forms::reinplace_v2::written_views`). `schema`: the operator's
 /// `fxrewrite.encode.schema_facts`. Per written argument, in schema order,
 /// `(name, items)`: `items` is `None` when the argument is `None`, else one
 /// entry per tensor, `None` or `(label, base index, kind, keys)`, kind one of
@@ -284,8 +285,7 @@ fn v2_written_views<'py>(
     schema: &Bound<'py, PyAny>,
     kwargs: &Bound<'py, pyo3::types::PyDict>,
 ) -> PyResult<Vec<(String, Option<WrittenItems<'py>>)>> {
-    use crate::forms::call::ViewOfBuffer;
-    use crate::forms::reinplace_v2::{read_written, WrittenEncoding, WrittenView};
+    use crate::forms::reinplace_v2::read_written;
     use crate::ir::Value;
     let schema = convert::schema_from(schema)?
         .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no schema"))?;
@@ -302,7 +302,29 @@ fn v2_written_views<'py>(
         };
         values.push((k, value));
     }
-    let view_of = |w: WrittenView| -> PyResult<Bound<'py, PyAny>> {
+    let mut used = Vec::new();
+    let mut out = Vec::new();
+    for arg in schema.args.iter().filter(|a| a.is_written()) {
+        let encoding = read_written(&values, arg, &mut used).map_err(|reason| {
+            errors::to_py(crate::Error::InvalidGraph {
+                node: None,
+                detail: format!("auto_functionalized_v2 keywords: {reason}"),
+            })
+        })?;
+        out.push((arg.name.clone(), encoding));
+    }
+    written_views_to_py(py, out)
+}
+
+/// The Python form of written arguments read by
+/// `forms::reinplace_v2::read_written`, as [`v2_written_views`] documents it.
+pub(crate) fn written_views_to_py(
+    py: Python<'_>,
+    written: Vec<(String, crate::forms::reinplace_v2::WrittenEncoding)>,
+) -> PyResult<Vec<(String, Option<WrittenItems<'_>>)>> {
+    use crate::forms::call::ViewOfBuffer;
+    use crate::forms::reinplace_v2::{WrittenEncoding, WrittenView};
+    let view_of = |w: WrittenView| -> PyResult<Bound<'_, PyAny>> {
         let (kind, keys): (&str, &[String]) = match &w.view {
             ViewOfBuffer::Whole => ("whole", &[]),
             ViewOfBuffer::Alias => ("alias", &[]),
@@ -312,27 +334,22 @@ fn v2_written_views<'py>(
         let keys = pyo3::types::PyTuple::new(py, keys)?;
         Ok((w.label, w.base, kind, keys).into_pyobject(py)?.into_any())
     };
-    let mut used = Vec::new();
-    let mut out = Vec::new();
-    for arg in schema.args.iter().filter(|a| a.is_written()) {
-        let items = match read_written(&values, arg, &mut used).map_err(|reason| {
-            errors::to_py(crate::Error::InvalidGraph {
-                node: None,
-                detail: format!("auto_functionalized_v2 keywords: {reason}"),
-            })
-        })? {
-            WrittenEncoding::One(None) | WrittenEncoding::List(None) => None,
-            WrittenEncoding::One(Some(w)) => Some(vec![Some(view_of(w)?)]),
-            WrittenEncoding::List(Some(items)) => Some(
-                items
-                    .into_iter()
-                    .map(|w| w.map(&view_of).transpose())
-                    .collect::<PyResult<_>>()?,
-            ),
-        };
-        out.push((arg.name.clone(), items));
-    }
-    Ok(out)
+    written
+        .into_iter()
+        .map(|(name, encoding)| {
+            let items = match encoding {
+                WrittenEncoding::One(None) | WrittenEncoding::List(None) => None,
+                WrittenEncoding::One(Some(w)) => Some(vec![Some(view_of(w)?)]),
+                WrittenEncoding::List(Some(items)) => Some(
+                    items
+                        .into_iter()
+                        .map(|w| w.map(&view_of).transpose())
+                        .collect::<PyResult<_>>()?,
+                ),
+            };
+            Ok((name, items))
+        })
+        .collect()
 }
 
 #[pymodule]
