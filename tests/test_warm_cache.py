@@ -131,6 +131,7 @@ def test_last_report_is_the_latest_whichever_pass_ran():
 def test_a_broken_record_is_a_warning_and_the_cached_graph_is_still_served(caplog):
     """Replaying a record that cannot be read warns; the cache hit goes on."""
     from fxrewrite import _graph_cache
+    from fxrewrite.inductor_pass import _replay
 
     class Loaded:
         pass
@@ -143,7 +144,7 @@ def test_a_broken_record_is_a_warning_and_the_cached_graph_is_still_served(caplo
         def cache_hit_post_compile(graph, cache_info, constants):
             return graph, cache_info
 
-    _graph_cache._wrap_hit(FakeCache)
+    _graph_cache._wrap_hit(FakeCache, _replay)
     with caplog.at_level(logging.WARNING, logger="fxrewrite"):
         assert FakeCache.cache_hit_post_compile(loaded, {"x": 1}, None) == (loaded, {"x": 1})
     assert any("the compile goes on" in r.getMessage() for r in caplog.records)

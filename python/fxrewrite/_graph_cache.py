@@ -32,6 +32,7 @@ import inspect
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("fxrewrite")
@@ -73,9 +74,12 @@ def _warn(what: str, e: BaseException) -> None:
     )
 
 
-def install_hooks() -> None:
+def install_hooks(replay: Callable[[dict[str, Any]], None]) -> None:
     """Wraps ``CompiledFxGraph.__init__`` and ``FxGraphCache.cache_hit_post_compile``
-    once per process. Where this torch lacks either, warns once and does without."""
+    once per process; ``replay`` (the pass's ``inductor_pass._replay``, passed in
+    so that this module never imports the pass) says again what the pass did
+    for each record of a graph the cache serves. Where this torch lacks either
+    hook, warns once and does without."""
     global _installed
     if _installed:
         return
@@ -88,7 +92,7 @@ def install_hooks() -> None:
         from torch._inductor.output_code import CompiledFxGraph
 
         _wrap_init(CompiledFxGraph)
-        _wrap_hit(FxGraphCache)
+        _wrap_hit(FxGraphCache, replay)
     except Exception as e:
         _warn("following Inductor's FX graph cache", e)
 
@@ -117,7 +121,7 @@ def _wrap_init(cls: Any) -> None:
     cls.__init__ = __init__
 
 
-def _wrap_hit(cls: Any) -> None:
+def _wrap_hit(cls: Any, replay: Callable[[dict[str, Any]], None]) -> None:
     original = inspect.getattr_static(cls, "cache_hit_post_compile")
     if not isinstance(original, staticmethod):
         raise TypeError("FxGraphCache.cache_hit_post_compile is not a staticmethod")
@@ -132,10 +136,8 @@ def _wrap_hit(cls: Any) -> None:
             compiled = result[0] if isinstance(result, tuple) else None
             records = getattr(compiled, ATTR, None) if compiled is not None else None
             if records:
-                from .inductor_pass import _replay
-
                 for record in records:
-                    _replay(record)
+                    replay(record)
         except Exception as e:
             _warn("replaying the rewrite of a cached graph", e)
         return result

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from ._install_env import INSTALL_ENV, encode_options
+from ._install_record import INSTALL_ENV, encode_options
 from ._pre_pass import PrePass, pre_pass
 from .inductor_pass import Pass, compose, pass_, passes_of
 

@@ -33,7 +33,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 
 from ._build_id import native_build_id, python_sources_id
-from ._install_env import INSTALL_ENV
+from ._install_record import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
 from .encode import FRESH_SLOTS_META  # ``(slot label, ...)``
 from .fx_meta import storage_of, v2_written_views

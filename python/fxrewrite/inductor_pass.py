@@ -397,7 +397,7 @@ class Pass(CustomGraphPass):
         _trace(report)
         if native is not None and report.error is None:
             _html(native, save_dir, stem)
-        _graph_cache.install_hooks()
+        _graph_cache.install_hooks(_replay)
         _record_for_cache(self, graph, report, save_dir, stem)
         record(report)
         self._keep(report)
@@ -429,7 +429,7 @@ class Pass(CustomGraphPass):
         pass's log line and report when the cache serves a graph."""
         from . import __version__
 
-        _graph_cache.install_hooks()
+        _graph_cache.install_hooks(_replay)
         parts = [
             "fxrewrite",
             __version__,

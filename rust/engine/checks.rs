@@ -16,123 +16,12 @@ use rustc_hash::FxHashSet as HashSet;
 
 use crate::analysis::alias::Role;
 use crate::forms::call::MutationCall;
-use crate::ir::{Graph, NodeId, OpCode};
-use crate::plan::CloneNote;
+use crate::ir::{NodeId, OpCode};
 
+use super::clone_reason::CloneReason;
 use super::sharing::Sharing;
 use super::storage::structural_root;
 use super::{writeback, Context};
-
-/// Why a written buffer gets a copy instead of being written in place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum CloneReason {
-    /// The written view may overlap itself (an `expand`, a zero stride):
-    /// written in place, one element would be written through several.
-    OverlappingView,
-    /// An in-place operator already in the graph writes the same memory;
-    /// the engine does not order against it.
-    WrittenByAnotherOperator,
-    /// The buffer is the result of an operator Inductor's reinplace pass
-    /// later makes write graph input `input` in place, and the graph's
-    /// write-back `copy` then overwrites that input before `reader` reads
-    /// the buffer ([`Context::scatter_into_overwritten_input`]).
-    ScatterIntoOverwrittenInput {
-        scatter: NodeId,
-        input: NodeId,
-        copy: NodeId,
-        reader: NodeId,
-    },
-    /// The buffer shares memory in the graph as it arrives with slot
-    /// `other` (a read argument when `read`), which it did not share in the
-    /// program (`sharing.rs`).
-    SplitSharing { other: String, read: bool },
-    /// The buffer's storage class holds several graph inputs.
-    AliasesSeveralInputs,
-    /// The buffer is graph input `input`, which the graph does not write
-    /// back after the call: the caller's tensor must not change.
-    InputNotWrittenBack { input: NodeId },
-    /// `reader` reads what the call leaves in a graph input after the
-    /// graph's write-back has overwritten it.
-    ReadAfterWriteBack { reader: NodeId },
-    /// `reader` reads the old value after the call and cannot be moved
-    /// ahead of it.
-    OldValueRead { reader: NodeId },
-}
-
-impl CloneReason {
-    /// The report's note for written argument `arg` (of `bytes`), copied
-    /// for this reason.
-    pub(super) fn note(&self, graph: &Graph, arg: &str, bytes: Option<u64>) -> CloneNote {
-        let name = |n: NodeId| graph.node(n).name.as_str();
-        let (reason, reader) = match self {
-            Self::OverlappingView => (
-                "the written view may overlap itself (expand or zero stride)".to_string(),
-                None,
-            ),
-            Self::WrittenByAnotherOperator => (
-                "the buffer is also written by another in-place operator".to_string(),
-                None,
-            ),
-            Self::ScatterIntoOverwrittenInput {
-                scatter,
-                input,
-                copy,
-                reader,
-            } => (
-                format!(
-                    "`{}` writes graph input `{}` in place once Inductor's reinplace pass has \
-                     run, and the graph's write-back `{}` overwrites that input with another \
-                     value before `{}` reads this buffer",
-                    name(*scatter),
-                    name(*input),
-                    name(*copy),
-                    name(*reader)
-                ),
-                None,
-            ),
-            Self::SplitSharing { other, read } => (
-                format!(
-                    "{} `{other}` shares memory with it in the graph as it arrives, but did not \
-                     in the program (a clone Inductor's remove_noop_ops deleted, pytorch#198031)",
-                    if *read { "read argument" } else { "written" }
-                ),
-                None,
-            ),
-            Self::AliasesSeveralInputs => {
-                ("the buffer aliases several graph inputs".to_string(), None)
-            }
-            Self::InputNotWrittenBack { input } => (
-                format!(
-                    "graph input `{}` is not written back by the graph, so the caller's tensor \
-                     must not change",
-                    name(*input)
-                ),
-                None,
-            ),
-            Self::ReadAfterWriteBack { reader } => (
-                format!(
-                    "after the graph writes the input back, `{}` reads the old value after the call",
-                    name(*reader)
-                ),
-                Some(*reader),
-            ),
-            Self::OldValueRead { reader } => (
-                format!("node `{}` reads the old value after the call", name(*reader)),
-                Some(*reader),
-            ),
-        };
-        let reader = reader.map(|r| graph.node(r));
-        CloneNote {
-            arg: arg.to_string(),
-            reason,
-            reader: reader.map(|r| r.name.clone()),
-            reader_source: reader.and_then(|r| r.source.clone()),
-            bytes,
-            bytes_expr: None,
-            bytes_at_trace: None,
-        }
-    }
-}
 
 impl Context<'_> {
     /// Why buffer `b` of `call` must be a copy whatever the later readers:
@@ -167,8 +56,7 @@ impl Context<'_> {
         b: usize,
     ) -> Option<CloneReason> {
         self.writers
-            .foreign
-            .contains(&structural_root(&self.roles, call.buffers[b].node))
+            .writes_foreign(structural_root(&self.roles, call.buffers[b].node))
             .then_some(CloneReason::WrittenByAnotherOperator)
     }
 
@@ -206,7 +94,7 @@ impl Context<'_> {
         if self.graph.node(first).op != OpCode::Placeholder {
             return None;
         }
-        let copy = *self.writers.writeback.get(&first)?;
+        let copy = self.writers.writeback_of(first)?;
         let Role::InputWriteBack { src, .. } = self.roles[copy.idx()] else {
             return None;
         };
@@ -229,7 +117,7 @@ impl Context<'_> {
     /// class `root` written in place by `af`: a graph input may change only
     /// where the graph writes it back after the call.
     pub(super) fn input_must_not_change(&self, root: usize, af: NodeId) -> Option<CloneReason> {
-        match self.classes.inputs[root].as_slice() {
+        match self.classes.inputs(root) {
             [] => None,
             [x] => self
                 .write_back_after(*x, af)
@@ -243,7 +131,7 @@ impl Context<'_> {
     /// when the class holds one input and the graph writes it back after
     /// `af` (where [`Self::input_must_not_change`] gives no reason).
     pub(super) fn write_back_cut(&self, root: usize, af: NodeId) -> Option<(NodeId, i64)> {
-        let [x] = self.classes.inputs[root].as_slice() else {
+        let [x] = self.classes.inputs(root) else {
             return None;
         };
         self.write_back_after(*x, af).map(|c| (*x, c))
@@ -251,7 +139,7 @@ impl Context<'_> {
 
     /// The position of input `x`'s write-back when it comes after `af`.
     fn write_back_after(&self, x: NodeId, af: NodeId) -> Option<i64> {
-        let c = *self.writers.writeback.get(&x)?;
+        let c = self.writers.writeback_of(x)?;
         (self.pos.of(c) > self.pos.of(af)).then_some(self.pos.of(c))
     }
 
@@ -267,7 +155,7 @@ impl Context<'_> {
         (x, cut): (NodeId, i64),
         chain: Option<&writeback::ScatterChain>,
     ) -> Option<CloneReason> {
-        let copy = self.writers.writeback.get(&x).copied();
+        let copy = self.writers.writeback_of(x);
         let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
             Role::InputWriteBack { src, .. } => Some(src),
             _ => None,
@@ -320,6 +208,7 @@ mod tests {
     use super::*;
     use crate::analysis::test_graph::{add, add_, copy_, expand, n, neg, slice_scatter, B};
     use crate::forms::FormCall;
+    use crate::ir::Graph;
     use crate::ir::Value;
 
     /// The walk of `g` up to (not including) node `af`, and the call `af`

@@ -18,11 +18,11 @@ pub(super) struct StorageClasses {
     /// Per class root, the nodes of the class still read later (members
     /// whose last reader is behind the call being planned are dropped for
     /// good: `hazards.rs`).
-    pub(super) members: Vec<Vec<NodeId>>,
+    members: Vec<Vec<NodeId>>,
     /// Per class root, the graph inputs in the class.
-    pub(super) inputs: Vec<Vec<NodeId>>,
+    inputs: Vec<Vec<NodeId>>,
     /// Per class root, the newest version (event) of its memory.
-    pub(super) latest: Vec<u32>,
+    latest: Vec<u32>,
     /// The next version number to hand out (0 is every node's first).
     next_version: u32,
     /// Storage key from metadata -> the first node seen with it.
@@ -77,6 +77,44 @@ impl StorageClasses {
             c = next;
         }
         r
+    }
+
+    /// Adds `n` to the members of the class rooted at `root`.
+    pub(super) fn add_member(&mut self, root: usize, n: NodeId) {
+        self.members[root].push(n);
+    }
+
+    /// Takes the members of the class rooted at `root` out, to be filtered
+    /// and put back with [`Self::put_members`] (a check reads the rest of
+    /// the engine's state meanwhile).
+    pub(super) fn take_members(&mut self, root: usize) -> Vec<NodeId> {
+        std::mem::take(&mut self.members[root])
+    }
+
+    /// Puts back the members taken by [`Self::take_members`], those still
+    /// read later.
+    pub(super) fn put_members(&mut self, root: usize, members: Vec<NodeId>) {
+        self.members[root] = members;
+    }
+
+    /// The graph inputs in the class rooted at `root`.
+    pub(super) fn inputs(&self, root: usize) -> &[NodeId] {
+        &self.inputs[root]
+    }
+
+    /// Records graph input `n` in the class rooted at `root`.
+    pub(super) fn add_input(&mut self, root: usize, n: NodeId) {
+        self.inputs[root].push(n);
+    }
+
+    /// The newest version of the memory of the class rooted at `root`.
+    pub(super) fn latest(&self, root: usize) -> u32 {
+        self.latest[root]
+    }
+
+    /// Records `version` as the newest of the class rooted at `root`.
+    pub(super) fn set_latest(&mut self, root: usize, version: u32) {
+        self.latest[root] = version;
     }
 
     /// Joins the classes of `a` and `b` under the root of the one with more

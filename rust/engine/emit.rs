@@ -15,7 +15,7 @@ use crate::ir::NodeId;
 use crate::plan::{Action, Callee, CloneNote, MetaSource, NewId, NodeReport, PlanArg, ValueRef};
 
 use super::bindings::Bind;
-use super::checks::CloneReason;
+use super::clone_reason::CloneReason;
 use super::mutation::Decided;
 use super::sharing::Sharing;
 use super::{writeback, Context};
@@ -194,7 +194,7 @@ impl Context<'_> {
             }
         }
         for r in touched {
-            self.classes.latest[r] = event;
+            self.classes.set_latest(r, event);
         }
         let p = self.pos.of(call.node);
         for (bi, b) in call.buffers.iter().enumerate() {

@@ -27,7 +27,7 @@ impl Context<'_> {
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos.of(af);
-        let members = std::mem::take(&mut self.classes.members[root]);
+        let members = self.classes.take_members(root);
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
         for m in members {
@@ -64,7 +64,7 @@ impl Context<'_> {
                 true
             });
         }
-        self.classes.members[root] = kept;
+        self.classes.put_members(root, kept);
         found
     }
 

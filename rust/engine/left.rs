@@ -1,12 +1,17 @@
 //! The reasons a node is left to Inductor, as data: the engine's checks
 //! return a [`LeftReason`], and the text the report gives it is written once,
-//! in [`LeftReason::note`] (as [`super::checks::CloneReason::note`] does for
+//! in [`LeftReason::note`] (as [`super::clone_reason::CloneReason::note`] does for
 //! clones). Its [`LeftCause`] follows from it ([`LeftReason::cause`]).
 
 use crate::ir::{Graph, NodeId};
 use crate::plan::LeftCause;
 
-use super::sharing::NO_RECORD;
+/// Why a call whose slots share memory is left when no record says which
+/// sharing the program had.
+pub(super) const NO_RECORD: &str = "fxrewrite cannot tell whether the program passed them so (then the \
+kernel must see the sharing) or Inductor's remove_noop_ops made it by deleting a clone (then it must \
+not; pytorch#198031), and the pre pass recorded nothing for this call; left to Inductor. \
+`fxrewrite.install()` installs the pre pass that records it";
 
 /// Why a node is left untouched.
 #[derive(Clone, Debug, PartialEq, Eq)]

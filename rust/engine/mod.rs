@@ -32,6 +32,7 @@ use crate::plan::Plan;
 mod bindings;
 mod checks;
 mod classes;
+mod clone_reason;
 mod emit;
 mod hazards;
 mod hold_back;

@@ -29,7 +29,7 @@ use crate::error::Result;
 use crate::forms::call::{MutationCall, ResultSlot};
 use crate::ir::NodeId;
 
-use super::checks::CloneReason;
+use super::clone_reason::CloneReason;
 use super::journal::Checkpoint;
 use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;

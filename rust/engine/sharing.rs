@@ -17,7 +17,7 @@
 use crate::analysis::alias::arrival_storages;
 use crate::forms::call::MutationCall;
 
-use super::checks::CloneReason;
+use super::clone_reason::CloneReason;
 use super::{Context, LeftReason};
 
 /// One tensor slot of a call.
@@ -69,13 +69,6 @@ impl Sharing {
             .map(|(r, _)| *r)
     }
 }
-
-/// Why a call whose slots share memory is left when no record says which
-/// sharing the program had.
-pub(super) const NO_RECORD: &str = "fxrewrite cannot tell whether the program passed them so (then the \
-kernel must see the sharing) or Inductor's remove_noop_ops made it by deleting a clone (then it must \
-not; pytorch#198031), and the pre pass recorded nothing for this call; left to Inductor. \
-`fxrewrite.install()` installs the pre pass that records it";
 
 impl Context<'_> {
     /// The sharing of `call`'s slots, or why the call must be left: its
@@ -272,6 +265,7 @@ mod tests {
     use super::super::nid;
     use super::*;
     use crate::analysis::test_graph::{n, rms, B};
+    use crate::engine::left::NO_RECORD;
     use crate::forms::FormCall;
     use crate::ir::Graph;
     use crate::ir::NodeId;

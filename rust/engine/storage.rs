@@ -118,9 +118,9 @@ mod tests {
         assert_ne!(cx.classes.find(t), cx.classes.find(x));
         // The class of a view of an input knows the input.
         let r = cx.classes.find(xv);
-        assert_eq!(cx.classes.inputs[r], [x]);
+        assert_eq!(cx.classes.inputs(r), [x]);
         let rt = cx.classes.find(t);
-        assert!(cx.classes.inputs[rt].is_empty());
+        assert!(cx.classes.inputs(rt).is_empty());
     }
 
     #[test]

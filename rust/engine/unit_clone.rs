@@ -10,7 +10,7 @@ use crate::forms::call::{slot_label, MutationCall};
 use crate::ir::{NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
-use super::checks::CloneReason;
+use super::clone_reason::CloneReason;
 use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
 use super::sharing::Sharing;
 use super::Context;

@@ -37,7 +37,7 @@ impl Context<'_> {
         let role = self.roles[i].clone();
         let mut storage_union = true;
         match role {
-            Role::Input => self.classes.inputs[i].push(id),
+            Role::Input => self.classes.add_input(i, id),
             Role::View { src, step, .. } => {
                 self.classes.union(id, src);
                 self.versions.set(id, self.versions.of(src));
@@ -50,7 +50,7 @@ impl Context<'_> {
                     self.classes.union(id, o);
                 }
                 let r = self.classes.find(id);
-                self.versions.set(id, self.classes.latest[r]);
+                self.versions.set(id, self.classes.latest(r));
             }
             Role::OtherMutation { written } => {
                 // Writing arguments in place makes them share no memory
@@ -67,7 +67,7 @@ impl Context<'_> {
                     }
                 }
                 let r = self.classes.find(id);
-                self.versions.set(id, self.classes.latest[r]);
+                self.versions.set(id, self.classes.latest(r));
             }
             Role::AutoFunctionalized => {
                 self.plan_af(id)?;
@@ -101,7 +101,7 @@ impl Context<'_> {
             self.union_by_storage_key(id);
         }
         let r = self.classes.find(id);
-        self.classes.members[r].push(id);
+        self.classes.add_member(r, id);
         Ok(())
     }
 
@@ -112,7 +112,7 @@ impl Context<'_> {
         if let Some(first) = self.classes.first_with_storage_key(key, id) {
             let r = self.classes.union(id, first);
             if !matches!(self.roles[id.idx()], Role::View { .. }) {
-                self.versions.set(id, self.classes.latest[r]);
+                self.versions.set(id, self.classes.latest(r));
             }
         }
     }
@@ -138,7 +138,7 @@ impl Context<'_> {
             Some(Bind::Tensor) => {
                 self.classes.union(id, af);
                 let r = self.classes.find(id);
-                self.versions.set(id, self.classes.latest[r]);
+                self.versions.set(id, self.classes.latest(r));
                 self.links.set_root(id);
             }
             Some(Bind::Fresh | Bind::List(_)) | None => self.links.set_root(id),

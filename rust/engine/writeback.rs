@@ -86,7 +86,7 @@ impl Context<'_> {
                 }
             }
         }
-        let latest = self.classes.latest[root];
+        let latest = self.classes.latest(root);
         let p = self.pos.of(af);
         while let Some(sc) = queue.pop_first() {
             let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
@@ -309,7 +309,7 @@ impl Context<'_> {
             let same_geometry = same_layout
                 || self.geometry(src) == self.geometry(dst)
                 || self.same_bits_through_dtype_views(src, dst);
-            if same_geometry && self.versions.of(src) == self.classes.latest[rd] {
+            if same_geometry && self.versions.of(src) == self.classes.latest(rd) {
                 if !self.uses.users(copy).is_empty() {
                     self.plan.replace(copy, ValueRef::Old(dst));
                 }
@@ -341,7 +341,7 @@ impl Context<'_> {
         }
         let r = self.classes.union(copy, dst);
         let e = self.classes.new_version();
-        self.classes.latest[r] = e;
+        self.classes.set_latest(r, e);
         self.versions.set(copy, e);
     }
 }

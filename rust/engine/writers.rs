@@ -14,14 +14,14 @@ use crate::ir::NodeId;
 #[derive(Debug, Default)]
 pub(super) struct Writers {
     /// Graph input -> its `copy_` write-back epilogue (the first one).
-    pub(super) writeback: HashMap<NodeId, NodeId>,
+    writeback: HashMap<NodeId, NodeId>,
     /// Roots of memory that an in-place operator already in the graph
     /// writes.
-    pub(super) foreign: HashSet<NodeId>,
+    foreign: HashSet<NodeId>,
     /// Per node index `i`, how many in-place writers (`copy_` write-backs
     /// and other mutating calls) stand before node `i`; one entry more than
     /// there are nodes.
-    pub(super) before: Vec<u32>,
+    before: Vec<u32>,
 }
 
 impl Writers {
@@ -51,6 +51,17 @@ impl Writers {
             }
         }
         w
+    }
+
+    /// The `copy_` write-back of graph input `input` (the first one).
+    pub(super) fn writeback_of(&self, input: NodeId) -> Option<NodeId> {
+        self.writeback.get(&input).copied()
+    }
+
+    /// True when an in-place operator already in the graph writes the
+    /// memory whose structural root is `root`.
+    pub(super) fn writes_foreign(&self, root: NodeId) -> bool {
+        self.foreign.contains(&root)
     }
 
     /// True when an in-place writer stands after node `af` and before node

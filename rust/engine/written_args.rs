@@ -8,7 +8,7 @@ use crate::forms::call::{MutationCall, ViewOfBuffer};
 use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
-use super::checks::CloneReason;
+use super::clone_reason::CloneReason;
 use super::Context;
 
 impl Context<'_> {
