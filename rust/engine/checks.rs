@@ -21,7 +21,7 @@ use crate::ir::{NodeId, OpCode};
 use super::clone_reason::CloneReason;
 use super::sharing::Sharing;
 use super::storage::structural_root;
-use super::{writeback, Context};
+use super::{writeback, Context, Facts};
 
 impl Context<'_> {
     /// Why buffer `b` of `call` must be a copy whatever the later readers:
@@ -34,7 +34,7 @@ impl Context<'_> {
         b: usize,
     ) -> Option<CloneReason> {
         self.written_view_may_overlap(call, b)
-            .or_else(|| self.written_by_another_operator(call, b))
+            .or_else(|| self.facts.written_by_another_operator(call, b))
             .or_else(|| self.scatter_into_overwritten_input(call, b))
             .or_else(|| sharing.split[b].clone())
     }
@@ -47,17 +47,6 @@ impl Context<'_> {
     ) -> Option<CloneReason> {
         self.overlapping_view(call.buffers[b].node)
             .then_some(CloneReason::OverlappingView)
-    }
-
-    /// [`CloneReason::WrittenByAnotherOperator`].
-    pub(super) fn written_by_another_operator(
-        &self,
-        call: &MutationCall,
-        b: usize,
-    ) -> Option<CloneReason> {
-        self.writers
-            .writes_foreign(structural_root(&self.roles, call.buffers[b].node))
-            .then_some(CloneReason::WrittenByAnotherOperator)
     }
 
     /// [`CloneReason::ScatterIntoOverwrittenInput`]: buffer `b` is the
@@ -83,22 +72,22 @@ impl Context<'_> {
             "aten::index_put.default",
             "aten::_unsafe_index_put.default",
         ];
-        let root = structural_root(&self.roles, call.buffers[b].node);
-        let node = self.graph.node(root);
+        let root = structural_root(&self.facts.roles, call.buffers[b].node);
+        let node = self.facts.graph.node(root);
         if node.op != OpCode::CallFunction
-            || !REINPLACED_BY_INDUCTOR.contains(&self.graph.target_of(root).name.as_str())
+            || !REINPLACED_BY_INDUCTOR.contains(&self.facts.graph.target_of(root).name.as_str())
         {
             return None;
         }
-        let first = structural_root(&self.roles, node.args.first()?.as_node()?);
-        if self.graph.node(first).op != OpCode::Placeholder {
+        let first = structural_root(&self.facts.roles, node.args.first()?.as_node()?);
+        if self.facts.graph.node(first).op != OpCode::Placeholder {
             return None;
         }
-        let copy = self.writers.writeback_of(first)?;
-        let Role::InputWriteBack { src, .. } = self.roles[copy.idx()] else {
+        let copy = self.facts.writers.writeback_of(first)?;
+        let Role::InputWriteBack { src, .. } = self.facts.roles[copy.idx()] else {
             return None;
         };
-        let mut values = self.result_nodes(call, b);
+        let mut values = self.facts.result_nodes(call, b);
         if values.contains(&src) {
             return None;
         }
@@ -139,7 +128,7 @@ impl Context<'_> {
 
     /// The position of input `x`'s write-back when it comes after `af`.
     fn write_back_after(&self, x: NodeId, af: NodeId) -> Option<i64> {
-        let c = self.writers.writeback_of(x)?;
+        let c = self.facts.writers.writeback_of(x)?;
         (self.pos.of(c) > self.pos.of(af)).then_some(self.pos.of(c))
     }
 
@@ -155,14 +144,14 @@ impl Context<'_> {
         (x, cut): (NodeId, i64),
         chain: Option<&writeback::ScatterChain>,
     ) -> Option<CloneReason> {
-        let copy = self.writers.writeback_of(x);
-        let wb_src = copy.and_then(|c| match self.roles[c.idx()] {
+        let copy = self.facts.writers.writeback_of(x);
+        let wb_src = copy.and_then(|c| match self.facts.roles[c.idx()] {
             Role::InputWriteBack { src, .. } => Some(src),
             _ => None,
         });
         let mut values: Vec<NodeId> = accepted
             .iter()
-            .flat_map(|&b| self.result_nodes(call, b))
+            .flat_map(|&b| self.facts.result_nodes(call, b))
             .collect();
         if let Some(c) = chain {
             values.extend(c.iter().filter(|(_, (_, exact))| *exact).map(|(sc, _)| *sc));
@@ -199,6 +188,19 @@ impl Context<'_> {
         }
         self.plan_moves(&hazards, call.node)
             .map_err(|reader| CloneReason::OldValueRead { reader })
+    }
+}
+
+impl Facts<'_> {
+    /// [`CloneReason::WrittenByAnotherOperator`].
+    pub(super) fn written_by_another_operator(
+        &self,
+        call: &MutationCall,
+        b: usize,
+    ) -> Option<CloneReason> {
+        self.writers
+            .writes_foreign(structural_root(&self.roles, call.buffers[b].node))
+            .then_some(CloneReason::WrittenByAnotherOperator)
     }
 }
 
@@ -267,11 +269,11 @@ mod tests {
         let g = b.output(&[w, on_t, on_u]);
         let (cx, call) = at_call(&g, on_t);
         assert_eq!(
-            cx.written_by_another_operator(&call, 0),
+            cx.facts.written_by_another_operator(&call, 0),
             Some(CloneReason::WrittenByAnotherOperator)
         );
         let (cx, call) = at_call(&g, on_u);
-        assert_eq!(cx.written_by_another_operator(&call, 0), None);
+        assert_eq!(cx.facts.written_by_another_operator(&call, 0), None);
     }
 
     /// `s = slice_scatter(x, v)` written by the call, `copy_(x, back)`

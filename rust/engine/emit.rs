@@ -18,7 +18,7 @@ use super::bindings::Bind;
 use super::clone_reason::CloneReason;
 use super::mutation::Decided;
 use super::sharing::Sharing;
-use super::{writeback, Context};
+use super::{writeback, Context, Facts};
 
 impl Context<'_> {
     /// Emits the rewrite of a decided mutating call: the moves, the buffers
@@ -61,7 +61,7 @@ impl Context<'_> {
         self.bindings.bind_results(af, binds);
         let scatters_removed = self.remove_scatters(chains, event);
         self.record_in_place_writes(call, sharing, clone, event);
-        let clones = self.unit_notes(call, sharing, clone, &unit_bytes);
+        let clones = self.facts.unit_notes(call, sharing, clone, &unit_bytes);
         let action = if clones.is_empty() {
             Action::Reinplaced
         } else {
@@ -69,13 +69,15 @@ impl Context<'_> {
         };
         let moved = moved
             .iter()
-            .map(|m| self.graph.node(*m).name.clone())
+            .map(|m| self.facts.graph.node(*m).name.clone())
             .collect();
         let decision = NodeReport {
             moved,
             clones,
             scatters_removed,
-            ..self.node_report(af, self.op_name(call.op), call.form, rule, action)
+            ..self
+                .facts
+                .node_report(af, self.facts.op_name(call.op), call.form, rule, action)
         };
         self.plan.decide(decision);
         Ok(())
@@ -126,9 +128,9 @@ impl Context<'_> {
     ) {
         let af = call.node;
         let n_returns = call.return_aliases.len();
-        let users: Vec<NodeId> = self.uses.users(af).to_vec();
+        let users: Vec<NodeId> = self.facts.uses.users(af).to_vec();
         for u in users {
-            let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+            let Role::AfResult { index, .. } = self.facts.roles[u.idx()] else {
                 continue;
             };
             match &call.results[index] {
@@ -142,9 +144,9 @@ impl Context<'_> {
                 }
                 ResultSlot::Buffer(bi) => self.plan.replace(u, buf_val[*bi]),
                 ResultSlot::BufferList(items) => {
-                    let list_users: Vec<NodeId> = self.uses.users(u).to_vec();
+                    let list_users: Vec<NodeId> = self.facts.uses.users(u).to_vec();
                     for gu in list_users {
-                        if let Role::AfListItem { item, .. } = self.roles[gu.idx()] {
+                        if let Role::AfListItem { item, .. } = self.facts.roles[gu.idx()] {
                             if let Some(Some(bi)) = items.get(item) {
                                 self.plan.replace(gu, buf_val[*bi]);
                                 self.plan.erase(gu);
@@ -236,93 +238,13 @@ impl Context<'_> {
     /// writes, once `af` is gone.
     pub(super) fn order_users_after(&mut self, af: NodeId, memory: ValueRef) {
         if self
+            .facts
             .uses
             .users(af)
             .iter()
-            .any(|&u| self.ordering_only_use(u, af))
+            .any(|&u| self.facts.ordering_only_use(u, af))
         {
             self.plan.replace(af, memory);
-        }
-    }
-
-    /// The clone notes of a call: one per cloned unit, its reason turned
-    /// into the report's text, naming every member the copy serves, with
-    /// the bytes the copy moves.
-    pub(super) fn unit_notes(
-        &self,
-        call: &MutationCall,
-        sharing: &Sharing,
-        clone: &[Option<CloneReason>],
-        unit_bytes: &[(usize, Option<u64>)],
-    ) -> Vec<CloneNote> {
-        let mut notes = Vec::new();
-        let mut seen: Vec<usize> = Vec::new();
-        for (b, reason) in clone.iter().enumerate() {
-            let Some(reason) = reason else { continue };
-            let u = sharing.unit_of_buffer[b];
-            if seen.contains(&u) {
-                continue;
-            }
-            seen.push(u);
-            let mut others: Vec<String> = sharing
-                .unit_buffers(b)
-                .filter(|&o| o != b)
-                .map(|o| call.buffers[o].label.clone())
-                .collect();
-            others.extend(
-                sharing
-                    .unit_read_slots(u)
-                    .map(|r| call.read_nodes[r].0.clone()),
-            );
-            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
-                || {
-                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
-                    meta.and_then(crate::ir::TensorMeta::nbytes)
-                },
-                |(_, bytes)| *bytes,
-            );
-            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
-            if !others.is_empty() {
-                note.reason = format!(
-                    "{}; one copy also serves `{}`, which shared its memory in the program",
-                    note.reason,
-                    others.join("`, `")
-                );
-            }
-            notes.push(note);
-        }
-        notes
-    }
-
-    /// The qualified name of operator `op`.
-    pub(super) fn op_name(&self, op: crate::ir::TargetId) -> String {
-        self.graph.targets[op.idx()].name.clone()
-    }
-
-    /// The report of auto_functionalized node `af` (operator `op`, read
-    /// by `rule`), with no moves, clones, removed scatters or reason: the
-    /// one constructor of a [`NodeReport`], the caller adds the rest.
-    pub(super) fn node_report(
-        &self,
-        af: NodeId,
-        op: String,
-        form: Form,
-        rule: &'static str,
-        action: Action,
-    ) -> NodeReport {
-        let node = self.graph.node(af);
-        NodeReport {
-            node: node.name.clone(),
-            op,
-            form,
-            rule,
-            action,
-            moved: vec![],
-            clones: vec![],
-            scatters_removed: 0,
-            reason: None,
-            cause: None,
-            source: node.source.clone(),
         }
     }
 }
@@ -407,6 +329,89 @@ pub(super) fn returns_meta(af: NodeId, n_returns: usize, one: Option<usize>) -> 
             start: 0,
             end: k,
         },
+    }
+}
+
+impl Facts<'_> {
+    /// The clone notes of a call: one per cloned unit, its reason turned
+    /// into the report's text, naming every member the copy serves, with
+    /// the bytes the copy moves.
+    pub(super) fn unit_notes(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneReason>],
+        unit_bytes: &[(usize, Option<u64>)],
+    ) -> Vec<CloneNote> {
+        let mut notes = Vec::new();
+        let mut seen: Vec<usize> = Vec::new();
+        for (b, reason) in clone.iter().enumerate() {
+            let Some(reason) = reason else { continue };
+            let u = sharing.unit_of_buffer[b];
+            if seen.contains(&u) {
+                continue;
+            }
+            seen.push(u);
+            let mut others: Vec<String> = sharing
+                .unit_buffers(b)
+                .filter(|&o| o != b)
+                .map(|o| call.buffers[o].label.clone())
+                .collect();
+            others.extend(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.clone()),
+            );
+            let bytes = unit_bytes.iter().find(|(x, _)| *x == u).map_or_else(
+                || {
+                    let meta = self.graph.node(call.buffers[b].node).meta.as_ref();
+                    meta.and_then(crate::ir::TensorMeta::nbytes)
+                },
+                |(_, bytes)| *bytes,
+            );
+            let mut note = reason.note(self.graph, &call.buffers[b].label, bytes);
+            if !others.is_empty() {
+                note.reason = format!(
+                    "{}; one copy also serves `{}`, which shared its memory in the program",
+                    note.reason,
+                    others.join("`, `")
+                );
+            }
+            notes.push(note);
+        }
+        notes
+    }
+
+    /// The qualified name of operator `op`.
+    pub(super) fn op_name(&self, op: crate::ir::TargetId) -> String {
+        self.graph.targets[op.idx()].name.clone()
+    }
+
+    /// The report of auto_functionalized node `af` (operator `op`, read
+    /// by `rule`), with no moves, clones, removed scatters or reason: the
+    /// one constructor of a [`NodeReport`], the caller adds the rest.
+    pub(super) fn node_report(
+        &self,
+        af: NodeId,
+        op: String,
+        form: Form,
+        rule: &'static str,
+        action: Action,
+    ) -> NodeReport {
+        let node = self.graph.node(af);
+        NodeReport {
+            node: node.name.clone(),
+            op,
+            form,
+            rule,
+            action,
+            moved: vec![],
+            clones: vec![],
+            scatters_removed: 0,
+            reason: None,
+            cause: None,
+            source: node.source.clone(),
+        }
     }
 }
 

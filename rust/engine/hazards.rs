@@ -12,7 +12,7 @@ use crate::forms::call::{MutationCall, ViewOfBuffer, WrittenArg};
 use crate::ir::{NodeId, OpCode, TargetKind};
 
 use super::storage::structural_root;
-use super::{Context, MAX_MOVED};
+use super::{Context, Facts, MAX_MOVED};
 
 impl Context<'_> {
     /// Readers after position `p` of versions of class `root` older than the
@@ -31,17 +31,17 @@ impl Context<'_> {
         let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
         for m in members {
-            match self.last_read[m.idx()] {
+            match self.facts.last_read[m.idx()] {
                 Some(lr) if 2 * i64::from(lr) > p => {}
                 _ => continue,
             }
             kept.push(m);
             let in_input_family = cut.is_some_and(|(input, _)| {
-                structural_root(&self.roles, m) == input && self.versions.is_first(m)
+                structural_root(&self.facts.roles, m) == input && self.versions.is_first(m)
             });
             let pos = &self.pos;
             let this = &*self;
-            for_each_reader(&self.roles, &self.uses, m, &mut |r, via| {
+            for_each_reader(&self.facts.roles, &self.facts.uses, m, &mut |r, via| {
                 // Readers after the write-back see the final value anyway; the
                 // write-back itself reads its source and counts.
                 let after_cut = cut.is_some_and(|(_, c)| pos.of(r) > c) && in_input_family;
@@ -96,7 +96,7 @@ impl Context<'_> {
     /// Geometry of the region written argument `w` covers, or `None` when
     /// it is not modelled.
     fn written_geometry(&self, call: &MutationCall, w: &WrittenArg) -> Option<Geometry> {
-        let n = self.graph.node(call.node);
+        let n = self.facts.graph.node(call.node);
         let base = self.geometry(call.buffers[w.buffer].node);
         Some(match &w.view {
             ViewOfBuffer::Whole | ViewOfBuffer::Alias => base,
@@ -122,10 +122,11 @@ impl Context<'_> {
     /// 0 in its static sizes). Such a write changes no memory, so nothing
     /// that reads the buffer, before or after the call, needs a clone.
     pub(super) fn writes_nothing(&self, call: &MutationCall, b: usize) -> bool {
-        let n = self.graph.node(call.node);
+        let n = self.facts.graph.node(call.node);
         let buf = call.buffers[b].node;
         let static_empty = |m: NodeId| {
-            self.graph
+            self.facts
+                .graph
                 .node(m)
                 .meta
                 .as_ref()
@@ -144,7 +145,7 @@ impl Context<'_> {
                             .is_some_and(|g| g.provably_empty())
                         || matches!(
                             (n.kwarg(&keys[1]), n.kwarg(&keys[2])),
-                            (Some(start), Some(end)) if self.same_int(start, end)
+                            (Some(start), Some(end)) if self.facts.same_int(start, end)
                         )
                 }
                 // `as_strided` reaches any element of the storage: only its
@@ -155,6 +156,61 @@ impl Context<'_> {
             })
     }
 
+    pub(super) fn movable(&self, n: NodeId) -> bool {
+        let node = self.facts.graph.node(n);
+        if node.op != OpCode::CallFunction || self.bindings.scatter(n).is_some() {
+            return false;
+        }
+        let target = self.facts.graph.target_of(n);
+        match (&self.facts.roles[n.idx()], target.kind) {
+            (
+                Role::Fresh | Role::View { .. } | Role::MetaOnly | Role::Scatter { .. },
+                TargetKind::Operator,
+            ) => target
+                .schema
+                .as_ref()
+                .is_some_and(|s| !s.is_mutable() && !s.tags.nondeterministic),
+            (Role::Fresh | Role::View { .. }, TargetKind::Getitem) => true,
+            _ => false,
+        }
+    }
+
+    pub(super) fn closure(&self, n: NodeId, af: NodeId, set: &mut BTreeSet<NodeId>) -> bool {
+        let p = self.pos.of(af);
+        if self.pos.of(n) < p || set.contains(&n) {
+            return true;
+        }
+        if n == af || !self.movable(n) || set.len() >= MAX_MOVED {
+            return false;
+        }
+        // Moved ahead of the call, `n` would also come before every node
+        // between the two: an in-place write there of memory `n` reads would
+        // then happen after it, not before.
+        if self.facts.writers.between(n, af) {
+            return false;
+        }
+        set.insert(n);
+        let mut ops = Vec::new();
+        self.facts.graph.node(n).for_each_operand(|o| ops.push(o));
+        ops.into_iter().all(|o| self.closure(o, af, set))
+    }
+
+    pub(super) fn plan_moves(
+        &self,
+        hazards: &[(NodeId, NodeId)],
+        af: NodeId,
+    ) -> std::result::Result<BTreeSet<NodeId>, NodeId> {
+        let mut set = BTreeSet::new();
+        for &(r, _) in hazards {
+            if !self.closure(r, af, &mut set) {
+                return Err(r);
+            }
+        }
+        Ok(set)
+    }
+}
+
+impl Facts<'_> {
     /// True when two int arguments provably hold the same value: equal
     /// constants, the same SymInt node, or one of them that value plus or
     /// minus 0 (`operator.add(s, 0)`: the end Inductor's functionalization
@@ -188,59 +244,6 @@ impl Context<'_> {
                     || plus_zero(b).is_some_and(|b| self.same_int(a, &b))
             }
         }
-    }
-
-    pub(super) fn movable(&self, n: NodeId) -> bool {
-        let node = self.graph.node(n);
-        if node.op != OpCode::CallFunction || self.bindings.scatter(n).is_some() {
-            return false;
-        }
-        let target = self.graph.target_of(n);
-        match (&self.roles[n.idx()], target.kind) {
-            (
-                Role::Fresh | Role::View { .. } | Role::MetaOnly | Role::Scatter { .. },
-                TargetKind::Operator,
-            ) => target
-                .schema
-                .as_ref()
-                .is_some_and(|s| !s.is_mutable() && !s.tags.nondeterministic),
-            (Role::Fresh | Role::View { .. }, TargetKind::Getitem) => true,
-            _ => false,
-        }
-    }
-
-    pub(super) fn closure(&self, n: NodeId, af: NodeId, set: &mut BTreeSet<NodeId>) -> bool {
-        let p = self.pos.of(af);
-        if self.pos.of(n) < p || set.contains(&n) {
-            return true;
-        }
-        if n == af || !self.movable(n) || set.len() >= MAX_MOVED {
-            return false;
-        }
-        // Moved ahead of the call, `n` would also come before every node
-        // between the two: an in-place write there of memory `n` reads would
-        // then happen after it, not before.
-        if self.writers.between(n, af) {
-            return false;
-        }
-        set.insert(n);
-        let mut ops = Vec::new();
-        self.graph.node(n).for_each_operand(|o| ops.push(o));
-        ops.into_iter().all(|o| self.closure(o, af, set))
-    }
-
-    pub(super) fn plan_moves(
-        &self,
-        hazards: &[(NodeId, NodeId)],
-        af: NodeId,
-    ) -> std::result::Result<BTreeSet<NodeId>, NodeId> {
-        let mut set = BTreeSet::new();
-        for &(r, _) in hazards {
-            if !self.closure(r, af, &mut set) {
-                return Err(r);
-            }
-        }
-        Ok(set)
     }
 }
 

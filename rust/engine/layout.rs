@@ -8,7 +8,7 @@ use crate::analysis::alias::Role;
 use crate::ir::{Dim, Graph, NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 
-use super::Context;
+use super::{Context, Facts};
 
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
@@ -165,10 +165,10 @@ impl Context<'_> {
             if chain.is_empty() && stand_in {
                 why_up = STALE_VIEW;
             }
-            let layout = if self.holds_a_list(cur) || stand_in {
+            let layout = if self.facts.holds_a_list(cur) || stand_in {
                 Err(NoLayout::SymbolicOffset)
             } else {
-                clone_layout(self.graph, self.layout_source(cur))
+                clone_layout(self.facts.graph, self.layout_source(cur))
             };
             match layout {
                 Ok(layout) => {
@@ -184,17 +184,17 @@ impl Context<'_> {
                 Err(why) => {
                     return Err(format!(
                         "{why_up} and its view source `{}` cannot be cloned: {why}",
-                        self.graph.node(cur).name
+                        self.facts.graph.node(cur).name
                     ))
                 }
             }
-            let Role::View { src, .. } = self.roles[cur.idx()] else {
+            let Role::View { src, .. } = self.facts.roles[cur.idx()] else {
                 return Err(if chain.is_empty() {
                     format!("{why_up} and it is not a view")
                 } else {
                     format!(
                         "{why_up} and so is that of `{}`, not a view",
-                        self.graph.node(cur).name
+                        self.facts.graph.node(cur).name
                     )
                 });
             };
@@ -203,7 +203,7 @@ impl Context<'_> {
                 Err(why) => {
                     return Err(format!(
                         "{why_up} and its view `{}` cannot be applied again to a copy: {why}",
-                        self.graph.node(cur).name
+                        self.facts.graph.node(cur).name
                     ))
                 }
             }
@@ -216,26 +216,13 @@ impl Context<'_> {
     /// metadata then describes a layout the rewritten program does not have.
     fn views_a_stand_in(&self, n: NodeId) -> bool {
         let mut cur = n;
-        while let Role::View { src, .. } = &self.roles[cur.idx()] {
+        while let Role::View { src, .. } = &self.facts.roles[cur.idx()] {
             if self.plan.stood_for(*src).is_some() {
                 return true;
             }
             cur = *src;
         }
         false
-    }
-
-    /// True for a node whose value is a list of tensors (its operator
-    /// returns `Tensor[]`, as `split` does).
-    fn holds_a_list(&self, n: NodeId) -> bool {
-        let node = self.graph.node(n);
-        node.op == crate::ir::OpCode::CallFunction
-            && self
-                .graph
-                .target_of(n)
-                .schema
-                .as_ref()
-                .is_some_and(crate::ir::OpSchema::returns_list)
     }
 
     /// The callee and arguments that apply view node `v` (a view of `src`,
@@ -245,11 +232,11 @@ impl Context<'_> {
         v: NodeId,
         src: NodeId,
     ) -> std::result::Result<Replay, String> {
-        let node = self.graph.node(v);
+        let node = self.facts.graph.node(v);
         if node.args.first() != Some(&crate::ir::Value::Node(src)) {
             return Err("its source is not its first argument".into());
         }
-        let target = self.graph.target_of(v);
+        let target = self.facts.graph.target_of(v);
         let callee = if target.kind == TargetKind::Getitem {
             Callee::Getitem
         } else {
@@ -457,6 +444,21 @@ pub(super) fn required_storage(size: &[i64], stride: &[i64], offset: i64) -> i64
             .map(|(s, st)| (s - 1) * st)
             .sum::<i64>()
         + 1
+}
+
+impl Facts<'_> {
+    /// True for a node whose value is a list of tensors (its operator
+    /// returns `Tensor[]`, as `split` does).
+    fn holds_a_list(&self, n: NodeId) -> bool {
+        let node = self.graph.node(n);
+        node.op == crate::ir::OpCode::CallFunction
+            && self
+                .graph
+                .target_of(n)
+                .schema
+                .as_ref()
+                .is_some_and(crate::ir::OpSchema::returns_list)
+    }
 }
 
 #[cfg(test)]

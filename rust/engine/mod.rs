@@ -108,22 +108,52 @@ impl PlanOptions {
     }
 }
 
-/// The state of one planning walk.
-pub struct Context<'g> {
+/// What the analysis knows of the graph as it arrives: computed once before
+/// the walk and only read after (every check reads it; none changes it).
+struct Facts<'g> {
     /// The graph being planned (never changed: the plan is a list of edits).
     graph: &'g Graph,
     /// What each node is, memory-wise (`analysis::alias::classify`).
     roles: Vec<Role>,
-    /// Per node, its storage in the graph as it arrives
-    /// (`analysis::alias::arrival_storages`), computed when a record of
-    /// alias groups is first checked against it.
-    arrival: Option<Vec<usize>>,
     /// Users of every node.
     uses: Uses,
     /// Per node, the graph index of the last node reading its memory
     /// (directly or through views); members whose last reader is behind the
     /// call being planned are dropped from their class for good.
     last_read: Vec<Option<u32>>,
+    /// The in-place writers already in the graph (`writers.rs`).
+    writers: Writers,
+    /// What the caller asked for.
+    options: PlanOptions,
+}
+
+impl<'g> Facts<'g> {
+    /// The facts of `graph`, planned with `options`.
+    fn of(graph: &'g Graph, options: PlanOptions) -> Self {
+        let roles = classify(graph);
+        let uses = Uses::build(graph);
+        let last_read = last_reads(&roles, &uses);
+        let writers = Writers::of(&roles);
+        Self {
+            graph,
+            roles,
+            uses,
+            last_read,
+            writers,
+            options,
+        }
+    }
+}
+
+/// The state of one planning walk: the read-only [`Facts`] and the model of
+/// the rewritten program the walk keeps up to date.
+pub struct Context<'g> {
+    /// What the analysis knows of the graph as it arrives.
+    facts: Facts<'g>,
+    /// Per node, its storage in the graph as it arrives
+    /// (`analysis::alias::arrival_storages`), computed when a record of
+    /// alias groups is first checked against it.
+    arrival: Option<Vec<usize>>,
     /// Position of each node in the *rewritten* order (`positions.rs`).
     pos: Positions,
     /// The storage classes of the rewritten program (`classes.rs`).
@@ -133,8 +163,6 @@ pub struct Context<'g> {
     versions: Versions,
     /// Per node, how its geometry derives from another node's (`links.rs`).
     links: Links,
-    /// The in-place writers already in the graph (`writers.rs`).
-    writers: Writers,
     /// What the results of planned calls and removed scatters stand for
     /// (`bindings.rs`); read when the walk reaches them.
     bindings: Bindings,
@@ -143,8 +171,6 @@ pub struct Context<'g> {
     plan: PlanBuilder,
     /// What the plan writes in place, for `realize.rs` (`in_place.rs`).
     in_place: InPlaceWrites,
-    /// What the caller asked for.
-    options: PlanOptions,
 }
 
 /// Plans the rewrite of every auto_functionalized node of `graph`.
@@ -164,9 +190,8 @@ pub fn plan(graph: &Graph) -> Result<Plan> {
 /// As [`plan`].
 pub fn plan_with(graph: &Graph, options: PlanOptions) -> Result<Plan> {
     validate(graph)?;
-    let mut cx = Context::new(graph);
     let whole_graph = !options.hold_back_only_the_call;
-    cx.options = options;
+    let mut cx = Context::with_options(graph, options);
     cx.run()?;
     cx.realize_early_readers();
     let plan = cx.finish();
@@ -182,34 +207,30 @@ fn nid(i: usize) -> NodeId {
 }
 
 impl<'g> Context<'g> {
+    #[cfg(test)]
     fn new(graph: &'g Graph) -> Self {
-        let roles = classify(graph);
-        let uses = Uses::build(graph);
-        let last_read = last_reads(&roles, &uses);
+        Self::with_options(graph, PlanOptions::default())
+    }
+
+    fn with_options(graph: &'g Graph, options: PlanOptions) -> Self {
         let n = graph.len();
-        let writers = Writers::of(&roles);
         Self {
-            graph,
-            roles,
+            facts: Facts::of(graph, options),
             arrival: None,
-            uses,
-            last_read,
             pos: Positions::new(n),
             classes: StorageClasses::new(n),
             versions: Versions::new(n),
             links: Links::new(n),
-            writers,
             bindings: Bindings::default(),
             in_place: InPlaceWrites::default(),
             plan: PlanBuilder::new(n),
-            options: PlanOptions::default(),
         }
     }
 
     /// The graph being planned.
     #[must_use]
     pub fn graph(&self) -> &'g Graph {
-        self.graph
+        self.facts.graph
     }
 
     fn finish(self) -> Plan {

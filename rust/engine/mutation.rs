@@ -33,7 +33,7 @@ use super::clone_reason::CloneReason;
 use super::journal::Checkpoint;
 use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::{writeback, Context, LeftReason, Outcome};
+use super::{writeback, Context, Facts, LeftReason, Outcome};
 
 /// Where the journaled walk state (positions and links) stood when a call,
 /// or one storage class of it, began to be decided: closed by
@@ -88,7 +88,7 @@ impl Context<'_> {
     /// # Errors
     /// [`crate::Error::Internal`] from `emit_mutation`.
     pub fn rewrite_mutation(&mut self, call: &MutationCall, rule: &'static str) -> Result<Outcome> {
-        if let Err(reason) = self.check_users(call) {
+        if let Err(reason) = self.facts.check_users(call) {
             return Ok(Outcome::Left(reason));
         }
         let sharing = match self.sharing(call) {
@@ -251,7 +251,7 @@ impl Context<'_> {
             }
             let members = self.unit_members(call, sharing, u);
             if let [only] = members[..] {
-                if self.unit_is_a_deleted_clone(call, sharing, u) {
+                if self.facts.unit_is_a_deleted_clone(call, sharing, u) {
                     recipes.push((u, UnitRecipe::FreshClone { node: only }));
                     continue;
                 }
@@ -278,7 +278,7 @@ impl Context<'_> {
     ) -> Option<NodeId> {
         let mut late = None;
         for &v in values {
-            for_each_reader(&self.roles, &self.uses, v, &mut |r, _| {
+            for_each_reader(&self.facts.roles, &self.facts.uses, v, &mut |r, _| {
                 if self.pos.of(r) >= from && Some(r) != except {
                     late = Some(r);
                     return false;
@@ -291,7 +291,9 @@ impl Context<'_> {
         }
         late
     }
+}
 
+impl Facts<'_> {
     /// The getitem nodes of `call` that stand for buffer `b`'s new value.
     pub(super) fn result_nodes(&self, call: &MutationCall, b: usize) -> Vec<NodeId> {
         let mut out = Vec::new();
@@ -528,8 +530,8 @@ mod tests {
         let Some(Ok(FormCall::Mutation(call))) = crate::forms::parse(&g, af).map(|(_, c)| c) else {
             panic!("a v2 mutation call");
         };
-        assert_eq!(cx.result_nodes(&call, 0), [nt]);
-        assert!(cx.check_users(&call).is_ok());
+        assert_eq!(cx.facts.result_nodes(&call, 0), [nt]);
+        assert!(cx.facts.check_users(&call).is_ok());
     }
 
     #[test]

@@ -15,12 +15,12 @@ impl Context<'_> {
     /// Plans an out= call: fresh buffers, no safety analysis needed.
     pub fn rewrite_out_call(&mut self, call: &OutCall, rule: &'static str) -> Outcome {
         let af = call.node;
-        let users: Vec<NodeId> = self.uses.users(af).to_vec();
+        let users: Vec<NodeId> = self.facts.uses.users(af).to_vec();
         if call.n_returns != 1 {
             for &u in &users {
-                match self.roles[u.idx()] {
+                match self.facts.roles[u.idx()] {
                     Role::AfResult { index, .. } if index < call.n_returns => {}
-                    _ if self.ordering_only_use(u, af) => {}
+                    _ if self.facts.ordering_only_use(u, af) => {}
                     _ => return Outcome::Left(LeftReason::UnexpectedResultUse { user: u }),
                 }
             }
@@ -60,7 +60,7 @@ impl Context<'_> {
             self.bindings.bind_results(af, vec![Bind::Tensor]);
         } else {
             for u in users {
-                let Role::AfResult { index, .. } = self.roles[u.idx()] else {
+                let Role::AfResult { index, .. } = self.facts.roles[u.idx()] else {
                     continue;
                 };
                 let v = match value_of(index) {
@@ -79,8 +79,10 @@ impl Context<'_> {
                 .bind_results(af, vec![Bind::Fresh; call.n_returns]);
         }
         self.plan.erase(af);
-        let op = self.op_name(call.op);
-        let decision = self.node_report(af, op, call.form, rule, Action::Reinplaced);
+        let op = self.facts.op_name(call.op);
+        let decision = self
+            .facts
+            .node_report(af, op, call.form, rule, Action::Reinplaced);
         self.plan.decide(decision);
         Outcome::Rewritten
     }

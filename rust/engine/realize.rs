@@ -10,7 +10,7 @@ use crate::analysis::liveness::reads;
 use crate::ir::{NodeId, OpCode, TargetKind};
 use crate::plan::ValueRef;
 
-use super::{nid, Context};
+use super::{nid, Context, Facts};
 
 impl Context<'_> {
     /// Marks every node that reads memory an in-place call later writes,
@@ -46,16 +46,19 @@ impl Context<'_> {
         }
         let gone: HashSet<NodeId> = self.plan.erased().collect();
         let mut marked: BTreeSet<NodeId> = BTreeSet::new();
-        for i in 0..self.graph.len() {
+        for i in 0..self.facts.graph.len() {
             let id = nid(i);
-            if gone.contains(&id) || !self.computed_by_inductor(id) {
+            if gone.contains(&id) || !self.facts.computed_by_inductor(id) {
                 continue;
             }
             let mut operands = Vec::new();
-            self.graph.node(id).for_each_operand(|o| operands.push(o));
+            self.facts
+                .graph
+                .node(id)
+                .for_each_operand(|o| operands.push(o));
             let p = self.pos.of(id);
             let early = operands.into_iter().any(|o| {
-                reads(&self.roles, id, o)
+                reads(&self.facts.roles, id, o)
                     && last_write
                         .get(&self.classes.find(o))
                         .is_some_and(|&w| w > p)
@@ -64,8 +67,10 @@ impl Context<'_> {
                 marked.insert(id);
                 // A tuple-returning reader (`var_mean`) is realized through
                 // its getitems: Inductor only realizes single tensors.
-                for &u in self.uses.users(id) {
-                    if self.graph.target_of(u).kind == TargetKind::Getitem && !gone.contains(&u) {
+                for &u in self.facts.uses.users(id) {
+                    if self.facts.graph.target_of(u).kind == TargetKind::Getitem
+                        && !gone.contains(&u)
+                    {
                         marked.insert(u);
                     }
                 }
@@ -95,20 +100,22 @@ impl Context<'_> {
             // Given directly, a lazy value is realized into its own buffer
             // by the kernel's lowering, in place: only a view needs this.
             let mut through_a_view = false;
-            while let Role::View { src, .. } = self.roles[cur.idx()] {
+            while let Role::View { src, .. } = self.facts.roles[cur.idx()] {
                 through_a_view = true;
                 cur = match self.plan.resolve(src) {
                     ValueRef::Old(s) => s,
                     ValueRef::New(_) => break,
                 };
             }
-            if through_a_view && self.computed_by_inductor(cur) {
+            if through_a_view && self.facts.computed_by_inductor(cur) {
                 out.insert(cur);
             }
         }
         out
     }
+}
 
+impl Facts<'_> {
     /// True for a node Inductor lowers to a computation of its own (not a
     /// view, a metadata query, a mutation or a higher-order operator).
     pub(super) fn computed_by_inductor(&self, n: NodeId) -> bool {
@@ -188,9 +195,9 @@ mod tests {
         let nt = b.getitem("nt", af, 1);
         let g = b.output(&[v, nt]);
         let cx = Context::new(&g);
-        assert!(cx.computed_by_inductor(t));
+        assert!(cx.facts.computed_by_inductor(t));
         for other in [x, v, af, nt] {
-            assert!(!cx.computed_by_inductor(other), "{other:?}");
+            assert!(!cx.facts.computed_by_inductor(other), "{other:?}");
         }
     }
 }

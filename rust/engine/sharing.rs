@@ -188,7 +188,7 @@ impl Context<'_> {
     ) -> std::result::Result<(), LeftReason> {
         let arrival = self
             .arrival
-            .get_or_insert_with(|| arrival_storages(self.graph, &self.roles));
+            .get_or_insert_with(|| arrival_storages(self.facts.graph, &self.facts.roles));
         for g in groups {
             let mut first: Option<(&str, usize)> = None;
             for l in g {

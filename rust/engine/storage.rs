@@ -29,7 +29,7 @@ impl Context<'_> {
             }
             cur = m;
         }
-        while self.graph.node(cur).meta.is_none() {
+        while self.facts.graph.node(cur).meta.is_none() {
             match (self.links.same(cur), self.bindings.same_layout(cur)) {
                 (Some(m), _) if m != cur => cur = m,
                 (_, Some(m)) if m != cur => cur = m,
@@ -45,7 +45,7 @@ impl Context<'_> {
         let mut steps: Vec<&ViewStep> = Vec::new();
         let mut cur = n;
         while self.pos.of(cur) > p {
-            match &self.roles[cur.idx()] {
+            match &self.facts.roles[cur.idx()] {
                 Role::View { src, step, .. } => {
                     steps.extend(step.iter());
                     cur = *src;
@@ -64,7 +64,7 @@ impl Context<'_> {
         let mut cur = n;
         while let Role::View {
             src, overlapping, ..
-        } = &self.roles[cur.idx()]
+        } = &self.facts.roles[cur.idx()]
         {
             if *overlapping {
                 return true;
@@ -74,7 +74,8 @@ impl Context<'_> {
                 cur = m;
             }
         }
-        self.graph
+        self.facts
+            .graph
             .node(n)
             .meta
             .as_ref()
@@ -161,7 +162,7 @@ mod tests {
         assert_eq!(geom.root, t);
         assert_eq!(geom.steps, [slice(0, 0, 2), slice(1, 4, 8)]);
         assert!(cx.geometry(t).steps.is_empty());
-        assert_eq!(structural_root(&cx.roles, s2), t);
+        assert_eq!(structural_root(&cx.facts.roles, s2), t);
         // Before the walk reaches a view, its geometry comes from the chain
         // of view nodes back to a node already placed.
         let fresh = Context::new(&g);

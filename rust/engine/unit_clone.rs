@@ -13,7 +13,7 @@ use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 use super::clone_reason::CloneReason;
 use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
 use super::sharing::Sharing;
-use super::Context;
+use super::{Context, Facts};
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
 /// read slot the value made again from a copy (if any), and per cloned unit
@@ -77,35 +77,6 @@ impl Context<'_> {
         members
     }
 
-    /// True when every slot of unit `u` of `call` held the whole result of
-    /// a `clone` in the program, as the pre pass recorded: its copy stands
-    /// for that clone. Judged per unit, not per node: `remove_noop_ops` can
-    /// make a deleted clone's slot the very tensor another slot holds (`[v,
-    /// v[0], v.clone()]` arrives as `[v, v[0], v]`), and only the clone's
-    /// unit gets a fresh copy's layout.
-    pub(super) fn unit_is_a_deleted_clone(
-        &self,
-        call: &MutationCall,
-        sharing: &Sharing,
-        u: usize,
-    ) -> bool {
-        if call.fresh_slots.is_empty() {
-            return false;
-        }
-        let mut labels = call
-            .written
-            .iter()
-            .filter(|w| sharing.unit_of_buffer[w.buffer] == u)
-            .map(|w| w.label.as_str())
-            .chain(
-                sharing
-                    .unit_read_slots(u)
-                    .map(|r| call.read_nodes[r].0.as_str()),
-            )
-            .peekable();
-        labels.peek().is_some() && labels.all(|l| call.fresh_slots.iter().any(|f| f == l))
-    }
-
     /// How to make `members` from one copy, or why they cannot be.
     pub(super) fn unit_recipe(
         &self,
@@ -134,7 +105,7 @@ impl Context<'_> {
             return Vec::new();
         };
         let mut chain = vec![cur];
-        while let Role::View { src, .. } = self.roles[cur.idx()] {
+        while let Role::View { src, .. } = self.facts.roles[cur.idx()] {
             if self.replay_args_of(cur, src).is_err() {
                 break;
             }
@@ -148,7 +119,7 @@ impl Context<'_> {
     }
 
     fn replay_args_of(&self, v: NodeId, src: NodeId) -> std::result::Result<Replay, String> {
-        let target = self.graph.target_of(v);
+        let target = self.facts.graph.target_of(v);
         if target.kind != TargetKind::Getitem && replayable_view(&target.name).is_none() {
             return Err(format!("`{}` is not a view it replays", target.name));
         }
@@ -175,17 +146,17 @@ impl Context<'_> {
             for (i, &v) in below.iter().enumerate().rev() {
                 // The view's own source argument (the chain holds what it
                 // resolves to).
-                let Some(Role::View { src, .. }) = self.roles.get(v.idx()).cloned() else {
-                    return Err(format!("`{}` is not a view", self.graph.node(v).name));
+                let Some(Role::View { src, .. }) = self.facts.roles.get(v.idx()).cloned() else {
+                    return Err(format!("`{}` is not a view", self.facts.graph.node(v).name));
                 };
                 debug_assert_eq!(self.plan.resolve(src), ValueRef::Old(chain[i + 1]));
-                if self.graph.target_of(v).name == "aten::as_strided.default"
+                if self.facts.graph.target_of(v).name == "aten::as_strided.default"
                     && !self.within(v, anchor)
                 {
                     return Err(format!(
                         "`{}` is an as_strided view not provably inside the memory of `{}`",
-                        self.graph.node(v).name,
-                        self.graph.node(anchor).name
+                        self.facts.graph.node(v).name,
+                        self.facts.graph.node(anchor).name
                     ));
                 }
                 replays.push(self.replay_args(v, src)?);
@@ -203,7 +174,7 @@ impl Context<'_> {
     /// those of `anchor`: a copy of the anchor's storage holds it.
     fn within(&self, v: NodeId, anchor: NodeId) -> bool {
         let needed = |n: NodeId| {
-            strided_layout(self.graph, self.layout_source(n))
+            strided_layout(self.facts.graph, self.layout_source(n))
                 .map(|(size, stride, offset)| required_storage(&size, &stride, offset))
         };
         matches!((needed(v), needed(anchor)), (Some(a), Some(b)) if a <= b)
@@ -216,11 +187,11 @@ impl Context<'_> {
         let mut needed = 0;
         for &m in members {
             let src = self.layout_source(m);
-            let meta = self.graph.node(src).meta.as_ref();
-            let Some((size, stride, offset)) = strided_layout(self.graph, src) else {
+            let meta = self.facts.graph.node(src).meta.as_ref();
+            let Some((size, stride, offset)) = strided_layout(self.facts.graph, src) else {
                 return Err(format!(
                     "the layout of `{}` is not static",
-                    self.graph.node(m).name
+                    self.facts.graph.node(m).name
                 ));
             };
             let key = meta.and_then(|m| m.storage);
@@ -246,7 +217,8 @@ impl Context<'_> {
     /// Bytes one copy of the recipe moves, when static.
     pub(super) fn recipe_bytes(&self, recipe: &UnitRecipe) -> Option<u64> {
         let nbytes = |n: NodeId| {
-            self.graph
+            self.facts
+                .graph
                 .node(self.layout_source(n))
                 .meta
                 .as_ref()
@@ -257,7 +229,7 @@ impl Context<'_> {
             | UnitRecipe::FreshClone { node: n }
             | UnitRecipe::Ancestor { anchor: n, .. } => nbytes(*n),
             UnitRecipe::Flat { source, needed, .. } => {
-                let item = self.graph.node(*source).meta.as_ref()?.itemsize;
+                let item = self.facts.graph.node(*source).meta.as_ref()?.itemsize;
                 u64::try_from(*needed).ok()?.checked_mul(u64::from(item))
             }
         }
@@ -377,7 +349,11 @@ impl Context<'_> {
             }
             let u = sharing.unit_of_buffer[b];
             let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
-                return Err(self.unmade(call, &call.buffers[b].label, "its unit has no recipe"));
+                return Err(self.facts.unmade(
+                    call,
+                    &call.buffers[b].label,
+                    "its unit has no recipe",
+                ));
             };
             unit_bytes.push((u, self.recipe_bytes(recipe)));
             let made = self.emit_unit_clone(call.node, recipe);
@@ -390,12 +366,15 @@ impl Context<'_> {
             for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
                 let v = value_of(self, call.buffers[o].node);
                 buf_val[o] =
-                    Some(v.ok_or_else(|| self.unmade(call, &call.buffers[o].label, no_value))?);
+                    Some(v.ok_or_else(|| {
+                        self.facts.unmade(call, &call.buffers[o].label, no_value)
+                    })?);
             }
             for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
                 let v = value_of(self, call.read_nodes[r].1);
-                read_val[r] =
-                    Some(v.ok_or_else(|| self.unmade(call, &call.read_nodes[r].0, no_value))?);
+                read_val[r] = Some(
+                    v.ok_or_else(|| self.facts.unmade(call, &call.read_nodes[r].0, no_value))?,
+                );
             }
         }
         // Every buffer is set: written in place, or by its unit's copy.
@@ -403,21 +382,13 @@ impl Context<'_> {
             .into_iter()
             .enumerate()
             .map(|(b, v)| {
-                v.ok_or_else(|| self.unmade(call, &call.buffers[b].label, "it got no value"))
+                v.ok_or_else(|| {
+                    self.facts
+                        .unmade(call, &call.buffers[b].label, "it got no value")
+                })
             })
             .collect::<Result<Vec<ValueRef>>>()?;
         Ok((buf_val, read_val, unit_bytes))
-    }
-
-    /// The internal error for slot `label` of `call`, cloned but `why`.
-    fn unmade(&self, call: &MutationCall, label: &str, why: &str) -> crate::Error {
-        crate::Error::Internal {
-            node: Some(call.node.0),
-            detail: format!(
-                "`{label}` of {} is cloned but {why}",
-                self.graph.node(call.node).name
-            ),
-        }
     }
 
     /// Read argument `key` of the call: passed through, or, where a slot of
@@ -439,7 +410,7 @@ impl Context<'_> {
                 .find(|((l, _), v)| l == label && v.is_some())
                 .and_then(|(_, v)| *v)
         };
-        match self.graph.node(call.node).kwarg(key) {
+        match self.facts.graph.node(call.node).kwarg(key) {
             Some(crate::ir::Value::Node(_)) => made(key).map_or(from_kwarg, PlanArg::Ref),
             Some(crate::ir::Value::List(items) | crate::ir::Value::Tuple(items))
                 if (0..items.len()).any(|i| made(&slot_label(key, i)).is_some()) =>
@@ -455,6 +426,48 @@ impl Context<'_> {
                 rebuilt.map_or(from_kwarg, PlanArg::List)
             }
             _ => from_kwarg,
+        }
+    }
+}
+
+impl Facts<'_> {
+    /// True when every slot of unit `u` of `call` held the whole result of
+    /// a `clone` in the program, as the pre pass recorded: its copy stands
+    /// for that clone. Judged per unit, not per node: `remove_noop_ops` can
+    /// make a deleted clone's slot the very tensor another slot holds (`[v,
+    /// v[0], v.clone()]` arrives as `[v, v[0], v]`), and only the clone's
+    /// unit gets a fresh copy's layout.
+    pub(super) fn unit_is_a_deleted_clone(
+        &self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        u: usize,
+    ) -> bool {
+        if call.fresh_slots.is_empty() {
+            return false;
+        }
+        let mut labels = call
+            .written
+            .iter()
+            .filter(|w| sharing.unit_of_buffer[w.buffer] == u)
+            .map(|w| w.label.as_str())
+            .chain(
+                sharing
+                    .unit_read_slots(u)
+                    .map(|r| call.read_nodes[r].0.as_str()),
+            )
+            .peekable();
+        labels.peek().is_some() && labels.all(|l| call.fresh_slots.iter().any(|f| f == l))
+    }
+
+    /// The internal error for slot `label` of `call`, cloned but `why`.
+    fn unmade(&self, call: &MutationCall, label: &str, why: &str) -> crate::Error {
+        crate::Error::Internal {
+            node: Some(call.node.0),
+            detail: format!(
+                "`{label}` of {} is cloned but {why}",
+                self.graph.node(call.node).name
+            ),
         }
     }
 }
@@ -602,12 +615,18 @@ mod tests {
                 c.fresh_slots = fresh.iter().map(|s| (*s).to_string()).collect();
                 c
             };
-            assert!(!cx.unit_is_a_deleted_clone(call, sharing, 0), "no record");
             assert!(
-                !cx.unit_is_a_deleted_clone(&with(&["out"]), sharing, 0),
+                !cx.facts.unit_is_a_deleted_clone(call, sharing, 0),
+                "no record"
+            );
+            assert!(
+                !cx.facts
+                    .unit_is_a_deleted_clone(&with(&["out"]), sharing, 0),
                 "`x` is in the unit too"
             );
-            assert!(cx.unit_is_a_deleted_clone(&with(&["out", "x"]), sharing, 0));
+            assert!(cx
+                .facts
+                .unit_is_a_deleted_clone(&with(&["out", "x"]), sharing, 0));
             let made = cx.emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
             let [(m, ValueRef::New(copy))] = made[..] else {
                 panic!("one new value: {made:?}");

@@ -20,7 +20,7 @@ impl Context<'_> {
     /// [`crate::Error::Internal`] when planning a call breaks the engine's
     /// own invariants.
     pub(super) fn run(&mut self) -> Result<()> {
-        for i in 0..self.graph.len() {
+        for i in 0..self.facts.graph.len() {
             self.step(nid(i))?;
         }
         Ok(())
@@ -34,7 +34,7 @@ impl Context<'_> {
     /// As [`Self::run`].
     pub(super) fn step(&mut self, id: NodeId) -> Result<()> {
         let i = id.idx();
-        let role = self.roles[i].clone();
+        let role = self.facts.roles[i].clone();
         let mut storage_union = true;
         match role {
             Role::Input => self.classes.add_input(i, id),
@@ -45,7 +45,7 @@ impl Context<'_> {
             }
             Role::Opaque => {
                 let mut ops = Vec::new();
-                self.graph.node(id).for_each_operand(|o| ops.push(o));
+                self.facts.graph.node(id).for_each_operand(|o| ops.push(o));
                 for o in ops {
                     self.classes.union(id, o);
                 }
@@ -61,7 +61,7 @@ impl Context<'_> {
                 // joining its written arguments into one would make a
                 // later `copy_(input, other_written)` look like a copy
                 // inside the input's own memory.
-                if returns_an_alias(self.graph, id) {
+                if returns_an_alias(self.facts.graph, id) {
                     for w in written {
                         self.classes.union(id, w);
                     }
@@ -106,12 +106,19 @@ impl Context<'_> {
     }
 
     fn union_by_storage_key(&mut self, id: NodeId) {
-        let Some(key) = self.graph.node(id).meta.as_ref().and_then(|m| m.storage) else {
+        let Some(key) = self
+            .facts
+            .graph
+            .node(id)
+            .meta
+            .as_ref()
+            .and_then(|m| m.storage)
+        else {
             return;
         };
         if let Some(first) = self.classes.first_with_storage_key(key, id) {
             let r = self.classes.union(id, first);
-            if !matches!(self.roles[id.idx()], Role::View { .. }) {
+            if !matches!(self.facts.roles[id.idx()], Role::View { .. }) {
                 self.versions.set(id, self.classes.latest(r));
             }
         }
@@ -148,18 +155,18 @@ impl Context<'_> {
     fn plan_af(&mut self, id: NodeId) -> Result<()> {
         // `Role::AutoFunctionalized` is given to nodes of either form only:
         // another target here is the engine's own error, not a form to guess.
-        let Some(form) = Form::of_kind(self.graph.target_of(id).kind) else {
+        let Some(form) = Form::of_kind(self.facts.graph.target_of(id).kind) else {
             return Err(crate::Error::Internal {
                 node: Some(id.0),
                 detail: "an auto_functionalized role on a node of neither form".into(),
             });
         };
-        let op_name = match self.graph.node(id).args.first() {
-            Some(crate::ir::Value::Target(t)) => self.graph.targets[t.idx()].name.clone(),
+        let op_name = match self.facts.graph.node(id).args.first() {
+            Some(crate::ir::Value::Target(t)) => self.facts.graph.targets[t.idx()].name.clone(),
             _ => "<unknown>".into(),
         };
-        let (rule, outcome) = match crate::forms::parse(self.graph, id) {
-            _ if self.options.leaves(&op_name) => (
+        let (rule, outcome) = match crate::forms::parse(self.facts.graph, id) {
+            _ if self.facts.options.leaves(&op_name) => (
                 crate::forms::NO_RULE,
                 Outcome::Left(LeftReason::Requested {
                     op: op_name.clone(),
@@ -174,9 +181,11 @@ impl Context<'_> {
         };
         if let Outcome::Left(reason) = outcome {
             let decision = NodeReport {
-                reason: Some(reason.note(self.graph)),
+                reason: Some(reason.note(self.facts.graph)),
                 cause: Some(reason.cause()),
-                ..self.node_report(id, op_name, form, rule, Action::Left)
+                ..self
+                    .facts
+                    .node_report(id, op_name, form, rule, Action::Left)
             };
             self.plan.decide(decision);
         }

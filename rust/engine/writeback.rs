@@ -12,7 +12,7 @@ use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::layout::strided_layout;
-use super::Context;
+use super::{Context, Facts};
 
 /// A write-back chain: each scatter, with the base of its chain and whether
 /// it writes back exactly the new values (then it can go).
@@ -75,13 +75,13 @@ impl Context<'_> {
             .map(|&b| (b, self.geometry(call.buffers[b].node)))
             .collect();
         let mut queue: BTreeSet<NodeId> = BTreeSet::new();
-        for &u in self.uses.users(af) {
-            if let Role::AfResult { index, .. } = self.roles[u.idx()] {
+        for &u in self.facts.uses.users(af) {
+            if let Role::AfResult { index, .. } = self.facts.roles[u.idx()] {
                 if let Some(ResultSlot::Buffer(b)) = call.results.get(index) {
                     if accepted.contains(b) {
                         exact_src.insert(u);
                         self.links.same_as(u, call.buffers[*b].node);
-                        self.queue_users_through_views(u, &mut queue);
+                        self.facts.queue_users_through_views(u, &mut queue);
                     }
                 }
             }
@@ -89,7 +89,7 @@ impl Context<'_> {
         let latest = self.classes.latest(root);
         let p = self.pos.of(af);
         while let Some(sc) = queue.pop_first() {
-            let Role::Scatter { base, src, step } = self.roles[sc.idx()].clone() else {
+            let Role::Scatter { base, src, step } = self.facts.roles[sc.idx()].clone() else {
                 continue;
             };
             if chain.contains_key(&sc) {
@@ -134,23 +134,183 @@ impl Context<'_> {
             if exact {
                 exact_src.insert(sc);
             }
-            self.queue_users_through_views(sc, &mut queue);
+            self.facts.queue_users_through_views(sc, &mut queue);
         }
         for (sc, (_, exact)) in &chain {
-            if !exact && self.uses.users(*sc).iter().any(|u| !chain.contains_key(u)) {
+            if !exact
+                && self
+                    .facts
+                    .uses
+                    .users(*sc)
+                    .iter()
+                    .any(|u| !chain.contains_key(u))
+            {
                 return None;
             }
             // A removed scatter's users read the base instead: the same
             // elements, but another storage. A view that addresses the
             // storage (`as_strided`, or one the engine cannot see into)
             // would then read other elements (issue 30's minimal input).
-            if self.storage_addressed_through_views(*sc) {
+            if self.facts.storage_addressed_through_views(*sc) {
                 return None;
             }
         }
         Some(chain)
     }
 
+    /// Geometry of `n` when it is one of `exact` or a chain of
+    /// non-overlapping views of one; `None` otherwise.
+    pub(super) fn geometry_through_views(
+        &self,
+        n: NodeId,
+        exact: &HashSet<NodeId>,
+    ) -> Option<Geometry> {
+        let mut steps: Vec<&ViewStep> = Vec::new();
+        let mut cur = n;
+        while !exact.contains(&cur) {
+            match &self.facts.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    step,
+                    overlapping: false,
+                } => {
+                    steps.extend(step.iter());
+                    cur = *src;
+                }
+                _ => return None,
+            }
+        }
+        let mut g = self.geometry(cur);
+        for s in steps.into_iter().rev() {
+            g = g.then(s);
+        }
+        Some(g)
+    }
+
+    /// The node at or before position `p` that `n` is a chain of
+    /// non-overlapping views of (`n` itself when it is there already).
+    pub(super) fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
+        let mut cur = n;
+        while self.pos.of(cur) > p {
+            match &self.facts.roles[cur.idx()] {
+                Role::View {
+                    src,
+                    overlapping: false,
+                    ..
+                } => cur = *src,
+                _ => return None,
+            }
+        }
+        Some(cur)
+    }
+
+    /// Gives the views between `n` and its anchor (not walked yet) the
+    /// links the walk will give them, so that geometries through them
+    /// resolve now.
+    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while self.pos.of(cur) > p {
+            let Role::View { src, step, .. } = &self.facts.roles[cur.idx()] else {
+                break;
+            };
+            chain.push((cur, *src, step.clone()));
+            cur = *src;
+        }
+        for (v, src, step) in chain.into_iter().rev() {
+            self.links.view_of(v, src, step);
+        }
+    }
+
+    /// True when `src` is `dst`'s own elements seen through `view(dtype)`
+    /// views of the same item size (which keep sizes and strides) and ends
+    /// in `dst`'s dtype: `copy_(dst, src)` then copies every bit onto
+    /// itself. The write-back of an input mutated through `x.view(int32)`
+    /// comes back as `copy_(x, y.view(float32))` with `y` that int32 view.
+    fn same_bits_through_dtype_views(&self, src: NodeId, dst: NodeId) -> bool {
+        let meta = |n: NodeId| self.facts.graph.node(n).meta.as_ref();
+        let (Some(ms), Some(md)) = (meta(src), meta(dst)) else {
+            return false;
+        };
+        if ms.dtype.is_empty() || ms.dtype != md.dtype || ms.itemsize != md.itemsize {
+            return false;
+        }
+        let reinterpreting = |step: &ViewStep| match step {
+            ViewStep::Opaque(v) => {
+                self.facts.graph.target_of(*v).name == "aten::view.dtype"
+                    && meta(*v).is_some_and(|m| m.itemsize == md.itemsize && m.itemsize > 0)
+            }
+            _ => false,
+        };
+        let strip = |g: Geometry| Geometry {
+            root: g.root,
+            steps: g.steps.into_iter().filter(|s| !reinterpreting(s)).collect(),
+        };
+        let (gs, gd) = (strip(self.geometry(src)), strip(self.geometry(dst)));
+        gs != self.geometry(src) && gs == gd
+    }
+
+    pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
+        let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
+        if rd == rs {
+            // The same elements, proven by the view chain or, for views the
+            // engine does not model (reshape round trips, transposes), by
+            // static layouts of one dtype that address the same elements of
+            // the same memory.
+            let same_layout = match (
+                strided_layout(self.facts.graph, src),
+                strided_layout(self.facts.graph, dst),
+            ) {
+                (Some(a), Some(b)) => {
+                    // Views of one root node (view and re-inplacing links only,
+                    // never a may-alias union).
+                    same_elements(&a, &b)
+                        && self.facts.same_dtype(src, dst)
+                        && self.geometry(src).root == self.geometry(dst).root
+                }
+                _ => false,
+            };
+            let same_geometry = same_layout
+                || self.geometry(src) == self.geometry(dst)
+                || self.same_bits_through_dtype_views(src, dst);
+            if same_geometry && self.versions.of(src) == self.classes.latest(rd) {
+                if !self.facts.uses.users(copy).is_empty() {
+                    self.plan.replace(copy, ValueRef::Old(dst));
+                }
+                self.plan.erase(copy);
+                self.plan.count_writeback_removed();
+            } else {
+                // The new value lives in the input's own memory under another
+                // layout: copy through a temporary, never overlapping memory.
+                let tmp = self.plan.insert(
+                    copy,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(self.plan.resolve(src))],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                let fresh = self.plan.insert(
+                    copy,
+                    Callee::Aten("aten::copy_.default"),
+                    vec![
+                        PlanArg::Ref(ValueRef::Old(dst)),
+                        PlanArg::Ref(ValueRef::New(tmp)),
+                    ],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                self.plan.replace(copy, ValueRef::New(fresh));
+                self.plan.erase(copy);
+            }
+        }
+        let r = self.classes.union(copy, dst);
+        let e = self.classes.new_version();
+        self.classes.set_latest(r, e);
+        self.versions.set(copy, e);
+    }
+}
+
+impl Facts<'_> {
     /// True when a view of `n` (directly or through other views) addresses
     /// the storage rather than `n`'s elements: an `as_strided`, a view
     /// operator not known to be element-relative (`reshape(-1, 4, 64)`,
@@ -187,162 +347,11 @@ impl Context<'_> {
         }
     }
 
-    /// Geometry of `n` when it is one of `exact` or a chain of
-    /// non-overlapping views of one; `None` otherwise.
-    pub(super) fn geometry_through_views(
-        &self,
-        n: NodeId,
-        exact: &HashSet<NodeId>,
-    ) -> Option<Geometry> {
-        let mut steps: Vec<&ViewStep> = Vec::new();
-        let mut cur = n;
-        while !exact.contains(&cur) {
-            match &self.roles[cur.idx()] {
-                Role::View {
-                    src,
-                    step,
-                    overlapping: false,
-                } => {
-                    steps.extend(step.iter());
-                    cur = *src;
-                }
-                _ => return None,
-            }
-        }
-        let mut g = self.geometry(cur);
-        for s in steps.into_iter().rev() {
-            g = g.then(s);
-        }
-        Some(g)
-    }
-
-    /// The node at or before position `p` that `n` is a chain of
-    /// non-overlapping views of (`n` itself when it is there already).
-    pub(super) fn view_anchor(&self, n: NodeId, p: i64) -> Option<NodeId> {
-        let mut cur = n;
-        while self.pos.of(cur) > p {
-            match &self.roles[cur.idx()] {
-                Role::View {
-                    src,
-                    overlapping: false,
-                    ..
-                } => cur = *src,
-                _ => return None,
-            }
-        }
-        Some(cur)
-    }
-
-    /// Gives the views between `n` and its anchor (not walked yet) the
-    /// links the walk will give them, so that geometries through them
-    /// resolve now.
-    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
-        let mut chain = Vec::new();
-        let mut cur = n;
-        while self.pos.of(cur) > p {
-            let Role::View { src, step, .. } = &self.roles[cur.idx()] else {
-                break;
-            };
-            chain.push((cur, *src, step.clone()));
-            cur = *src;
-        }
-        for (v, src, step) in chain.into_iter().rev() {
-            self.links.view_of(v, src, step);
-        }
-    }
-
-    /// True when `src` is `dst`'s own elements seen through `view(dtype)`
-    /// views of the same item size (which keep sizes and strides) and ends
-    /// in `dst`'s dtype: `copy_(dst, src)` then copies every bit onto
-    /// itself. The write-back of an input mutated through `x.view(int32)`
-    /// comes back as `copy_(x, y.view(float32))` with `y` that int32 view.
-    fn same_bits_through_dtype_views(&self, src: NodeId, dst: NodeId) -> bool {
-        let meta = |n: NodeId| self.graph.node(n).meta.as_ref();
-        let (Some(ms), Some(md)) = (meta(src), meta(dst)) else {
-            return false;
-        };
-        if ms.dtype.is_empty() || ms.dtype != md.dtype || ms.itemsize != md.itemsize {
-            return false;
-        }
-        let reinterpreting = |step: &ViewStep| match step {
-            ViewStep::Opaque(v) => {
-                self.graph.target_of(*v).name == "aten::view.dtype"
-                    && meta(*v).is_some_and(|m| m.itemsize == md.itemsize && m.itemsize > 0)
-            }
-            _ => false,
-        };
-        let strip = |g: Geometry| Geometry {
-            root: g.root,
-            steps: g.steps.into_iter().filter(|s| !reinterpreting(s)).collect(),
-        };
-        let (gs, gd) = (strip(self.geometry(src)), strip(self.geometry(dst)));
-        gs != self.geometry(src) && gs == gd
-    }
-
     /// True when both nodes have metadata of one dtype: a `copy_` between
     /// two dtypes converts values, whatever the layouts.
     fn same_dtype(&self, a: NodeId, b: NodeId) -> bool {
         let dtype = |n: NodeId| self.graph.node(n).meta.as_ref().map(|m| m.dtype.as_str());
         matches!((dtype(a), dtype(b)), (Some(x), Some(y)) if !x.is_empty() && x == y)
-    }
-
-    pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
-        let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
-        if rd == rs {
-            // The same elements, proven by the view chain or, for views the
-            // engine does not model (reshape round trips, transposes), by
-            // static layouts of one dtype that address the same elements of
-            // the same memory.
-            let same_layout = match (
-                strided_layout(self.graph, src),
-                strided_layout(self.graph, dst),
-            ) {
-                (Some(a), Some(b)) => {
-                    // Views of one root node (view and re-inplacing links only,
-                    // never a may-alias union).
-                    same_elements(&a, &b)
-                        && self.same_dtype(src, dst)
-                        && self.geometry(src).root == self.geometry(dst).root
-                }
-                _ => false,
-            };
-            let same_geometry = same_layout
-                || self.geometry(src) == self.geometry(dst)
-                || self.same_bits_through_dtype_views(src, dst);
-            if same_geometry && self.versions.of(src) == self.classes.latest(rd) {
-                if !self.uses.users(copy).is_empty() {
-                    self.plan.replace(copy, ValueRef::Old(dst));
-                }
-                self.plan.erase(copy);
-                self.plan.count_writeback_removed();
-            } else {
-                // The new value lives in the input's own memory under another
-                // layout: copy through a temporary, never overlapping memory.
-                let tmp = self.plan.insert(
-                    copy,
-                    Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(self.plan.resolve(src))],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                let fresh = self.plan.insert(
-                    copy,
-                    Callee::Aten("aten::copy_.default"),
-                    vec![
-                        PlanArg::Ref(ValueRef::Old(dst)),
-                        PlanArg::Ref(ValueRef::New(tmp)),
-                    ],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                self.plan.replace(copy, ValueRef::New(fresh));
-                self.plan.erase(copy);
-            }
-        }
-        let r = self.classes.union(copy, dst);
-        let e = self.classes.new_version();
-        self.classes.set_latest(r, e);
-        self.versions.set(copy, e);
     }
 }
 

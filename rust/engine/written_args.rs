@@ -81,24 +81,24 @@ impl Context<'_> {
         if clone[buffer].is_some() {
             return None;
         }
-        let n = self.graph.node(call.node);
+        let n = self.facts.graph.node(call.node);
         let offset = n.kwarg(&keys[2])?.as_node()?;
-        if self.graph.target_of(offset).name != "aten::sym_storage_offset.default" {
+        if self.facts.graph.target_of(offset).name != "aten::sym_storage_offset.default" {
             return None;
         }
-        let x = self.graph.node(offset).args.first()?.as_node()?;
+        let x = self.facts.graph.node(offset).args.first()?.as_node()?;
         let base = call.buffers[buffer].node;
-        if !matches!(self.roles[x.idx()], Role::View { .. })
+        if !matches!(self.facts.roles[x.idx()], Role::View { .. })
             || self.classes.find(x) != self.classes.find(base)
         {
             return None;
         }
-        let size = match self.graph.node(call.node).kwarg(&keys[0])? {
+        let size = match self.facts.graph.node(call.node).kwarg(&keys[0])? {
             Value::List(v) | Value::Tuple(v) => v.clone(),
             _ => return None,
         };
-        let bm = self.graph.node(base).meta.as_ref()?;
-        match self.graph.node(x).meta.as_ref() {
+        let bm = self.facts.graph.node(base).meta.as_ref()?;
+        match self.facts.graph.node(x).meta.as_ref() {
             Some(xm) => {
                 if xm.dtype.is_empty() || xm.dtype != bm.dtype || xm.sizes.len() != size.len() {
                     return None;
@@ -108,9 +108,10 @@ impl Context<'_> {
                 }
                 // A view of another stride with the same offset (`t[-1, ::2]`
                 // where `t[-1]` was traced first) is not the written view.
-                if let (Some(stride), Some(Value::List(want) | Value::Tuple(want))) =
-                    (&xm.strides, self.graph.node(call.node).kwarg(&keys[1]))
-                {
+                if let (Some(stride), Some(Value::List(want) | Value::Tuple(want))) = (
+                    &xm.strides,
+                    self.facts.graph.node(call.node).kwarg(&keys[1]),
+                ) {
                     if want.len() != stride.len() || !same_static_dims(want, stride) {
                         return None;
                     }
@@ -144,7 +145,7 @@ impl Context<'_> {
                 ViewStep::Unsqueeze { .. } => rank + 1,
                 ViewStep::Reshape { shape } => shape.len(),
                 ViewStep::AsStrided { size, .. } => size.len(),
-                ViewStep::Opaque(v) => opaque_rank(self.graph, *v, rank)?,
+                ViewStep::Opaque(v) => opaque_rank(self.facts.graph, *v, rank)?,
             };
         }
         Some(rank)
