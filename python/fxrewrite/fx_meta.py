@@ -167,6 +167,27 @@ def v2_written_views(node: torch.fx.Node, op: Any) -> dict[str, list[Any] | None
         return None
 
 
+#: One schema argument as ``eager_input_vals`` reads it: name, keyword-only,
+#: written, a tensor list.
+_ArgFacts = tuple[str, bool, bool, bool]
+
+
+@functools.cache
+def _arguments(op: Any) -> tuple[_ArgFacts, ...]:
+    """The schema arguments of ``op``, read once per process: each read of
+    ``op._schema.arguments`` builds new Python objects for every argument,
+    and the applier asks at every direct call it inserts."""
+    return tuple(
+        (
+            a.name,
+            bool(a.kwarg_only),
+            a.alias_info is not None and a.alias_info.is_write,
+            isinstance(a.type, torch.ListType),
+        )
+        for a in op._schema.arguments
+    )
+
+
 def eager_input_vals(
     af: torch.fx.Node, op: Any, call: torch.fx.Node, written_views: dict[str, list[Any] | None] | None
 ) -> Any:
@@ -225,15 +246,15 @@ def eager_input_vals(
         except Exception:  # no constraint rather than a wrong one
             return None
 
-    def eager_of(a: Any, actual: Any) -> Any:
-        written = a.alias_info is not None and a.alias_info.is_write
+    def eager_of(a: _ArgFacts, actual: Any) -> Any:
+        name, _, written, is_list = a
         if not (v2 and written):
-            v = eager.get(a.name)
+            v = eager.get(name)
             return v if isinstance(v, torch.Tensor) or isinstance(v, list | tuple) else None
-        slots = (written_views or {}).get(a.name)
+        slots = (written_views or {}).get(name)
         if slots is None:
             return None
-        if not isinstance(a.type, torch.ListType):
+        if not is_list:
             return view(slots[0], actual)
         items = (
             actual if isinstance(actual, list | tuple) and len(actual) == len(slots) else [None] * len(slots)
@@ -242,10 +263,11 @@ def eager_input_vals(
 
     args, kwargs = [], {}
     positional = iter(call.args)
-    for a in schema.arguments:
-        if a.kwarg_only:
-            if a.name in call.kwargs:
-                kwargs[a.name] = eager_of(a, call.kwargs[a.name])
+    call_kwargs = call.kwargs
+    for a in _arguments(op):
+        if a[1]:
+            if a[0] in call_kwargs:
+                kwargs[a[0]] = eager_of(a, call_kwargs[a[0]])
         else:
             actual = next(positional, _MISSING)
             if actual is not _MISSING:
