@@ -40,7 +40,7 @@ fn af_count(g: &Graph) -> usize {
         .filter(|node| {
             matches!(
                 g.targets[node.target.idx()].kind,
-                TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
+                TargetKind::AutoFunctionalized(_)
             )
         })
         .count()

@@ -75,12 +75,7 @@ mod props {
             .map_err(|e| TestCaseError::fail(format!("{e}\n{}", dump(g, p))))?;
         let afs: Vec<NodeId> = (0..g.len())
             .map(|i| NodeId(u32::try_from(i).unwrap()))
-            .filter(|&i| {
-                matches!(
-                    g.target_of(i).kind,
-                    TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
-                )
-            })
+            .filter(|&i| matches!(g.target_of(i).kind, TargetKind::AutoFunctionalized(_)))
             .collect();
         prop_assert_eq!(p.report.decisions.len(), afs.len());
         prop_assert_eq!(p.report.nodes, g.len());

@@ -3,6 +3,7 @@
 //! hand-built files that break one rule each, and property tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+use fxrewrite::forms::Form;
 use fxrewrite::ir::io::{
     self, crc32, FileInfo, ANCILLARY_SECTION, CHECKSUM_LEN, FORMAT_VERSION, HEADER_LEN, MAGIC,
     MAX_STRING_EXPANSION, SECTION_INFO, SECTION_NODES, SECTION_STRINGS, SECTION_TARGETS,
@@ -162,12 +163,12 @@ fn rich_graph() -> Graph {
     });
     let af = g.add_target(Target {
         name: "higher_order.auto_functionalized".into(),
-        kind: TargetKind::AutoFunctionalized,
+        kind: Form::V1.kind(),
         schema: None,
     });
     let af2 = g.add_target(Target {
         name: "higher_order.auto_functionalized_v2".into(),
-        kind: TargetKind::AutoFunctionalizedV2,
+        kind: Form::V2.kind(),
         schema: None,
     });
     let hop = g.add_target(Target {
@@ -375,7 +376,7 @@ fn transformer_like(n_nodes: usize, with_meta: bool) -> Graph {
     let rms = op(&mut g, "mylib::rms_norm.default", true);
     let af = g.add_target(Target {
         name: "higher_order.auto_functionalized_v2".into(),
-        kind: TargetKind::AutoFunctionalizedV2,
+        kind: Form::V2.kind(),
         schema: None,
     });
     let gi = g.add_target(Target {

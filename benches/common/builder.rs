@@ -65,16 +65,8 @@ impl Targets {
         let silu_and_mul = b.op(&ops::silu_and_mul_op());
         let getitem = b.target("operator.getitem", TargetKind::Getitem, None);
         let af = match form {
-            Form::V1 => b.target(
-                "higher_order.auto_functionalized",
-                TargetKind::AutoFunctionalized,
-                None,
-            ),
-            Form::V2 => b.target(
-                "higher_order.auto_functionalized_v2",
-                TargetKind::AutoFunctionalizedV2,
-                None,
-            ),
+            Form::V1 => b.target("higher_order.auto_functionalized", Form::V1.kind(), None),
+            Form::V2 => b.target("higher_order.auto_functionalized_v2", Form::V2.kind(), None),
         };
         let output = b.target("output", TargetKind::Other, None);
         Self {

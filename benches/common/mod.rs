@@ -277,7 +277,7 @@ pub fn check_plan(graph: &Graph) -> Result<PlanCheck, String> {
         .filter(|n| {
             matches!(
                 graph.targets[n.target.idx()].kind,
-                TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
+                TargetKind::AutoFunctionalized(_)
             )
         })
         .count();

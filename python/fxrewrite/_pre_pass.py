@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
@@ -35,7 +34,10 @@ __all__ = ["META_KEY", "PrePass", "pre_pass", "record_alias_groups"]
 from ._build_id import native_build_id, python_sources_id
 from ._install_record import INSTALL_ENV
 from .encode import ALIAS_GROUPS_META as META_KEY  # ``((slot label, ...), ...)``
-from .encode import FRESH_SLOTS_META  # ``(slot label, ...)``
+from .encode import (
+    FRESH_SLOTS_META,  # ``(slot label, ...)``
+    is_auto_functionalized,
+)
 from .fx_meta import storage_of, v2_written_views
 
 
@@ -57,7 +59,9 @@ def _call_slots(node: torch.fx.Node) -> list[tuple[str, torch.fx.Node, bool]] | 
     schema = getattr(op, "_schema", None)
     if schema is None:
         return None
-    v2 = node.target is auto_functionalized_v2
+    # Written arguments cut from ``_all_bases`` (v2): the one encoding the
+    # pre pass reads apart; every other form passes them as they are.
+    v2 = "_all_bases" in node.kwargs
     written_views = v2_written_views(node, op) if v2 else {}
     if written_views is None:
         return None
@@ -123,7 +127,7 @@ def record_alias_groups(graph: torch.fx.Graph) -> int:
     ``graph`` (``node.meta[META_KEY]``); returns how many nodes got one."""
     recorded = 0
     for node in graph.nodes:
-        if node.op != "call_function" or node.target not in (auto_functionalized, auto_functionalized_v2):
+        if not is_auto_functionalized(node):
             continue
         slots = _call_slots(node)  # read once for both records
         fresh = _fresh(slots)

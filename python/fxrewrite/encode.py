@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
 from . import _core
 from ._core import WIRE_CODES
@@ -25,6 +24,24 @@ _ARG = WIRE_CODES["arg_type"]
 _ARG_TENSOR, _ARG_OPT_TENSOR = _ARG["tensor"], _ARG["optional_tensor"]
 _ARG_TENSOR_LIST, _ARG_OTHER = _ARG["tensor_list"], _ARG["other"]
 _KIND = WIRE_CODES["target_kind"]
+
+
+def _auto_functionalized_operators() -> dict[Any, tuple[str, int]]:
+    """The higher-order operators that functionalize a mutating call (one
+    per form the engine reads: ``rust/ir/mod.rs``'s ``AUTO_FUNCTIONALIZED``),
+    by object: their name and kind code. One this torch lacks is skipped."""
+    found: dict[Any, tuple[str, int]] = {}
+    for name, code in WIRE_CODES["auto_functionalized_operators"].items():
+        try:
+            op = getattr(torch.ops.higher_order, name)
+        except AttributeError:  # a form newer than this torch
+            continue
+        found[op] = (f"higher_order.{name}", code)
+    return found
+
+
+#: The auto_functionalized operators of this torch: ``{operator: (name, kind code)}``.
+AUTO_FUNCTIONALIZED = _auto_functionalized_operators()
 _BIT = WIRE_CODES["tag_bit"]
 
 # The tags the engine reads, as (wire bit, tag). ``torch.Tag.out`` and
@@ -126,10 +143,9 @@ def describe_target(obj: Any) -> tuple[str, int, Any]:
         return (op_name(obj), _KIND["operator"], schema_facts(obj))
     if obj is operator.getitem:
         return ("operator.getitem", _KIND["getitem"], None)
-    if obj is auto_functionalized:
-        return ("higher_order.auto_functionalized", _KIND["auto_functionalized"], None)
-    if obj is auto_functionalized_v2:
-        return ("higher_order.auto_functionalized_v2", _KIND["auto_functionalized_v2"], None)
+    af = AUTO_FUNCTIONALIZED.get(obj)
+    if af is not None:
+        return (af[0], af[1], None)
     if isinstance(obj, torch._ops.HigherOrderOperator):
         hop: Any = obj  # HigherOrderOperator.name is untyped
         return (f"higher_order.{hop.name()}", _KIND["higher_order"], None)
@@ -249,7 +265,7 @@ def alias_groups(n: torch.fx.Node) -> list[list[str]] | None:
 
 def operands_need_meta(target: Any) -> bool:
     """Whether the engine reads the tensor metadata of a node's operands."""
-    if target in (auto_functionalized, auto_functionalized_v2):
+    if target in AUTO_FUNCTIONALIZED:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
@@ -263,7 +279,7 @@ def operands_need_meta(target: Any) -> bool:
 
 def is_auto_functionalized(node: torch.fx.Node) -> bool:
     """True for ``auto_functionalized`` and ``auto_functionalized_v2`` nodes."""
-    return node.op == "call_function" and node.target in (auto_functionalized, auto_functionalized_v2)
+    return node.op == "call_function" and node.target in AUTO_FUNCTIONALIZED
 
 
 def count_auto_functionalized(graph: torch.fx.Graph) -> int:

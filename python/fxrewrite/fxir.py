@@ -365,13 +365,15 @@ def load(path: str | os.PathLike[str]) -> Any:
 
     import torch
     import torch.fx
-    from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
     native = read_native(path)
     targets, nodes = native.to_parts()
 
+    from .encode import AUTO_FUNCTIONALIZED
+
     kinds = _core.WIRE_CODES["target_kind"]
     tags = _core.WIRE_CODES["value_tag"]
+    af_by_code = {code: op for op, (_name, code) in AUTO_FUNCTIONALIZED.items()}
 
     def resolve(t: tuple[str, int, Any], node_name: str, role: str = "calls") -> Any:
         name, kind, _schema = t
@@ -388,10 +390,8 @@ def load(path: str | os.PathLike[str]) -> Any:
                 ) from e
         if kind == kinds["getitem"]:
             return operator.getitem
-        if kind == kinds["auto_functionalized"]:
-            return auto_functionalized
-        if kind == kinds["auto_functionalized_v2"]:
-            return auto_functionalized_v2
+        if kind in af_by_code:
+            return af_by_code[kind]
         if kind == kinds["higher_order"]:
             return getattr(torch.ops.higher_order, name.removeprefix("higher_order."))
         raise FxrewriteError(f"{path}: node {node_name} calls {name}, which cannot be resolved when loading")

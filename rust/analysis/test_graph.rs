@@ -3,6 +3,7 @@
 //! the crate from outside and cannot be used here). Each test spells its
 //! graph node by node, with the names its assertions use.
 
+use crate::forms::Form;
 use crate::ir::schema::{AliasInfo, ArgType, OpSchema, OpTags, SchemaArg, SchemaReturn};
 use crate::ir::{Graph, Node, NodeId, OpCode, Target, TargetKind, TensorMeta, Value};
 
@@ -292,15 +293,9 @@ impl B {
             schema: Some(op.schema.clone()),
         });
         let (af_name, kind) = if v2 {
-            (
-                "higher_order.auto_functionalized_v2",
-                TargetKind::AutoFunctionalizedV2,
-            )
+            ("higher_order.auto_functionalized_v2", Form::V2.kind())
         } else {
-            (
-                "higher_order.auto_functionalized",
-                TargetKind::AutoFunctionalized,
-            )
+            ("higher_order.auto_functionalized", Form::V1.kind())
         };
         let t = Target {
             name: af_name.into(),

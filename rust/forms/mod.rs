@@ -85,13 +85,33 @@ impl Form {
         }
     }
 
+    /// The higher-order operator whose nodes have this form, as named in
+    /// `torch.ops.higher_order` (and in the IR's table of them,
+    /// `crate::ir::AUTO_FUNCTIONALIZED`).
+    #[must_use]
+    pub fn operator_name(self) -> &'static str {
+        match self {
+            Form::V1 => "auto_functionalized",
+            Form::V2 => "auto_functionalized_v2",
+        }
+    }
+
+    /// The target kind of this form's nodes. A form whose operator were
+    /// missing from the IR's table would get [`TargetKind::Other`] (its
+    /// nodes unread, never misread); a test keeps both lists equal.
+    #[must_use]
+    pub fn kind(self) -> TargetKind {
+        TargetKind::auto_functionalized(self.operator_name()).unwrap_or(TargetKind::Other)
+    }
+
     /// The form of a node whose target is of `kind`, or `None` when it is
-    /// not an auto_functionalized node.
+    /// not an auto_functionalized node (or one of an operator no form reads).
     #[must_use]
     pub fn of_kind(kind: TargetKind) -> Option<Form> {
         match kind {
-            TargetKind::AutoFunctionalized => Some(Form::V1),
-            TargetKind::AutoFunctionalizedV2 => Some(Form::V2),
+            TargetKind::AutoFunctionalized(op) => Self::ALL
+                .into_iter()
+                .find(|f| f.operator_name() == op.name()),
             _ => None,
         }
     }
@@ -209,11 +229,11 @@ pub(crate) mod test_graph {
         });
         let op = g.add_target(op);
         let af_name = match kind {
-            TargetKind::AutoFunctionalized => "higher_order.auto_functionalized",
-            _ => "higher_order.auto_functionalized_v2",
+            TargetKind::AutoFunctionalized(op) => format!("higher_order.{}", op.name()),
+            _ => "higher_order.auto_functionalized_v2".to_string(),
         };
         let af_t = g.add_target(Target {
-            name: af_name.into(),
+            name: af_name,
             kind,
             schema: None,
         });
@@ -257,13 +277,13 @@ mod tests {
     #[test]
     fn exactly_one_rule_claims_each_kind_of_node() {
         let v1 = af_graph(
-            TargetKind::AutoFunctionalized,
+            Form::V1.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             vec![("x", x()), ("s", Value::Float(2.0))],
         );
         assert_eq!(parse(&v1.0, v1.1).map(|(n, _)| n), Some("reinplace_v1"));
         let v2 = af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             vec![
                 ("s", Value::Float(2.0)),
@@ -277,7 +297,7 @@ mod tests {
             ..OpTags::default()
         };
         let v2_out = af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale.out", out),
             vec![
                 ("s", Value::Float(2.0)),
@@ -306,14 +326,29 @@ mod tests {
         assert_eq!(Form::V1.as_str(), "v1");
         assert_eq!(Form::V2.as_str(), "v2");
         assert_eq!(
-            Form::of_kind(TargetKind::AutoFunctionalized),
+            Form::of_kind(TargetKind::auto_functionalized("auto_functionalized").unwrap()),
             Some(Form::V1)
         );
         assert_eq!(
-            Form::of_kind(TargetKind::AutoFunctionalizedV2),
+            Form::of_kind(TargetKind::auto_functionalized("auto_functionalized_v2").unwrap()),
             Some(Form::V2)
         );
         assert_eq!(Form::of_kind(TargetKind::Operator), None);
+    }
+
+    #[test]
+    fn each_form_has_its_operator_in_the_ir_table_and_each_operator_a_form() {
+        let table: Vec<&str> = crate::ir::AUTO_FUNCTIONALIZED
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        let forms: Vec<&str> = Form::ALL.iter().map(|f| f.operator_name()).collect();
+        assert_eq!(table, forms);
+        for form in Form::ALL {
+            assert_eq!(Form::of_kind(form.kind()), Some(form));
+            let code = form.kind().code();
+            assert_eq!(TargetKind::from_code(code), Some(form.kind()));
+        }
     }
 
     #[test]

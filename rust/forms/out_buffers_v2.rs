@@ -80,8 +80,8 @@ fn parse(graph: &Graph, node: NodeId) -> Result<OutCall, String> {
 mod tests {
     use super::super::test_graph::{af_graph, scale_op};
     use super::*;
+    use crate::forms::Form;
     use crate::ir::schema::OpTags;
-    use crate::ir::TargetKind;
 
     fn out_tags() -> OpTags {
         OpTags {
@@ -93,7 +93,7 @@ mod tests {
     #[test]
     fn written_arguments_become_fresh_buffers_from_their_layout_keys() {
         let (g, af) = af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale.out", out_tags()),
             vec![
                 ("s", Value::Float(2.0)),
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_missing_layout_key_is_a_reason() {
         let (g, af) = af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale.out", out_tags()),
             vec![
                 ("s", Value::Float(2.0)),

@@ -150,12 +150,12 @@ mod tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
     use crate::forms::call::{ResultSlot, ALIAS_GROUPS, LEGACY_USER_ALIASED_READS};
+    use crate::forms::Form;
     use crate::ir::schema::OpTags;
-    use crate::ir::TargetKind;
 
     fn node(kwargs: Vec<(&str, Value)>) -> (Graph, NodeId) {
         af_graph(
-            TargetKind::AutoFunctionalized,
+            Form::V1.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             kwargs,
         )
@@ -211,13 +211,13 @@ mod tests {
 mod message_tests {
     use super::super::test_graph::{af_graph, scale_op};
     use super::*;
+    use crate::forms::Form;
     use crate::ir::schema::OpTags;
-    use crate::ir::TargetKind;
 
     #[test]
     fn unexpected_values_read_as_values_not_debug_output() {
         let (g, af) = af_graph(
-            TargetKind::AutoFunctionalized,
+            Form::V1.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             vec![
                 ("x", Value::List(vec![Value::Node(NodeId(0))])),

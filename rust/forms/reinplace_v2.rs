@@ -312,8 +312,8 @@ pub fn parse(graph: &Graph, node: NodeId) -> Result<MutationCall, String> {
 mod tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
+    use crate::forms::Form;
     use crate::ir::schema::OpTags;
-    use crate::ir::TargetKind;
 
     fn node(extra: Vec<(&str, Value)>) -> (Graph, NodeId) {
         let mut kwargs = vec![
@@ -322,7 +322,7 @@ mod tests {
         ];
         kwargs.extend(extra);
         af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             kwargs,
         )
@@ -364,12 +364,12 @@ mod tests {
 mod message_tests {
     use super::super::test_graph::{af_graph, scale_op, x};
     use super::*;
+    use crate::forms::Form;
     use crate::ir::schema::OpTags;
-    use crate::ir::TargetKind;
 
     fn reason(kwargs: Vec<(&str, Value)>) -> String {
         let (g, af) = af_graph(
-            TargetKind::AutoFunctionalizedV2,
+            Form::V2.kind(),
             scale_op("m::scale_.default", OpTags::default()),
             kwargs,
         );

@@ -105,6 +105,49 @@ impl OpCode {
     }
 }
 
+/// The higher-order operators that functionalize a mutating call, one per
+/// form of `crate::forms` (which maps each to its form by name), as named in
+/// `torch.ops.higher_order`, with their stable kind codes (encoders, the
+/// file format): the one place the IR names them. A new form adds its line
+/// here; the reader, the writer, the display and the alias analysis read
+/// this table.
+pub const AUTO_FUNCTIONALIZED: [(&str, u8); 2] =
+    [("auto_functionalized", 2), ("auto_functionalized_v2", 3)];
+
+/// One of the [`AUTO_FUNCTIONALIZED`] operators, by its index there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct AfOperator(u8);
+
+impl AfOperator {
+    /// The operator named `name` in `torch.ops.higher_order`.
+    #[must_use]
+    pub fn named(name: &str) -> Option<AfOperator> {
+        AUTO_FUNCTIONALIZED
+            .iter()
+            .position(|(n, _)| *n == name)
+            .and_then(|i| u8::try_from(i).ok())
+            .map(AfOperator)
+    }
+
+    /// Its name in `torch.ops.higher_order` (`auto_functionalized_v2`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        AUTO_FUNCTIONALIZED[usize::from(self.0)].0
+    }
+
+    fn code(self) -> u8 {
+        AUTO_FUNCTIONALIZED[usize::from(self.0)].1
+    }
+
+    fn with_code(code: u8) -> Option<AfOperator> {
+        AUTO_FUNCTIONALIZED
+            .iter()
+            .position(|(_, c)| *c == code)
+            .and_then(|i| u8::try_from(i).ok())
+            .map(AfOperator)
+    }
+}
+
 /// What kind of callable a target is; decides how the engine reads a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum TargetKind {
@@ -112,10 +155,9 @@ pub enum TargetKind {
     Operator,
     /// `operator.getitem`.
     Getitem,
-    /// `torch.ops.higher_order.auto_functionalized` (v1).
-    AutoFunctionalized,
-    /// `torch.ops.higher_order.auto_functionalized_v2`.
-    AutoFunctionalizedV2,
+    /// An auto_functionalized operator (`torch.ops.higher_order.auto_functionalized`,
+    /// `..._v2`): which one says the node's form (`crate::forms::Form::of_kind`).
+    AutoFunctionalized(AfOperator),
     /// Any other higher-order operator.
     HigherOrder,
     /// Anything else: a Python callable, a method name, a module path, a
@@ -130,8 +172,7 @@ impl TargetKind {
         match self {
             TargetKind::Operator => 0,
             TargetKind::Getitem => 1,
-            TargetKind::AutoFunctionalized => 2,
-            TargetKind::AutoFunctionalizedV2 => 3,
+            TargetKind::AutoFunctionalized(op) => op.code(),
             TargetKind::HigherOrder => 4,
             TargetKind::Other => 5,
         }
@@ -143,12 +184,36 @@ impl TargetKind {
         Some(match code {
             0 => TargetKind::Operator,
             1 => TargetKind::Getitem,
-            2 => TargetKind::AutoFunctionalized,
-            3 => TargetKind::AutoFunctionalizedV2,
             4 => TargetKind::HigherOrder,
             5 => TargetKind::Other,
-            _ => return None,
+            _ => return AfOperator::with_code(code).map(TargetKind::AutoFunctionalized),
         })
+    }
+
+    /// The auto_functionalized operator named `name` in
+    /// `torch.ops.higher_order`, as a kind.
+    #[must_use]
+    pub fn auto_functionalized(name: &str) -> Option<Self> {
+        AfOperator::named(name).map(TargetKind::AutoFunctionalized)
+    }
+
+    /// Every kind: the fixed ones and one per auto_functionalized operator,
+    /// each with its name in the encoders' tables.
+    #[must_use]
+    pub fn all() -> Vec<(&'static str, TargetKind)> {
+        let mut kinds = vec![
+            ("operator", TargetKind::Operator),
+            ("getitem", TargetKind::Getitem),
+            ("higher_order", TargetKind::HigherOrder),
+            ("other", TargetKind::Other),
+        ];
+        kinds.extend(
+            AUTO_FUNCTIONALIZED
+                .iter()
+                .filter_map(|(n, _)| Some((*n, TargetKind::auto_functionalized(n)?))),
+        );
+        kinds.sort_by_key(|(_, k)| k.code());
+        kinds
     }
 }
 

@@ -102,9 +102,7 @@ fn pretty_target(op: OpCode, t: &Target) -> String {
             Some((ns, rest)) => format!("torch.ops.{ns}.{rest}"),
             None => t.name.clone(),
         },
-        TargetKind::AutoFunctionalized
-        | TargetKind::AutoFunctionalizedV2
-        | TargetKind::HigherOrder => {
+        TargetKind::AutoFunctionalized(_) | TargetKind::HigherOrder => {
             if t.name.starts_with("higher_order.") {
                 format!("torch.ops.{}", t.name)
             } else {

@@ -42,14 +42,7 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, u8)>)> {
         OpCode::CallModule,
         OpCode::Output,
     ];
-    let kinds = [
-        ("operator", TargetKind::Operator),
-        ("getitem", TargetKind::Getitem),
-        ("auto_functionalized", TargetKind::AutoFunctionalized),
-        ("auto_functionalized_v2", TargetKind::AutoFunctionalizedV2),
-        ("higher_order", TargetKind::HigherOrder),
-        ("other", TargetKind::Other),
-    ];
+    let kinds = TargetKind::all();
     let arg_types = [
         ("tensor", ArgType::Tensor),
         ("optional_tensor", ArgType::OptionalTensor),
@@ -69,6 +62,10 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, u8)>)> {
         (
             "target_kind",
             kinds.iter().map(|(n, k)| (*n, k.code())).collect(),
+        ),
+        (
+            "auto_functionalized_operators",
+            super::AUTO_FUNCTIONALIZED.to_vec(),
         ),
         (
             "arg_type",

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use fxrewrite::forms::Form;
 use fxrewrite::ir::{
     Dim, Graph, Node, NodeId, OpCode, OpSchema, Target, TargetId, TargetKind, TensorMeta, Value,
 };
@@ -163,15 +164,9 @@ impl B {
 
     pub fn af(&mut self, v2: bool, op: &Op, kwargs: Vec<(&str, Value)>) -> NodeId {
         let (name, kind) = if v2 {
-            (
-                "higher_order.auto_functionalized_v2",
-                TargetKind::AutoFunctionalizedV2,
-            )
+            ("higher_order.auto_functionalized_v2", Form::V2.kind())
         } else {
-            (
-                "higher_order.auto_functionalized",
-                TargetKind::AutoFunctionalized,
-            )
+            ("higher_order.auto_functionalized", Form::V1.kind())
         };
         let t = self.target(name, kind, None);
         let op_t = self.op(op);

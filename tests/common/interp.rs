@@ -3,6 +3,7 @@
 //! in-place calls on shared memory, so the two can be compared.
 use std::collections::HashMap;
 
+use fxrewrite::forms::Form;
 use fxrewrite::ir::{ArgType, Graph, NodeId, OpCode, OpSchema, TargetKind, TensorMeta, Value};
 use fxrewrite::plan::{Callee, NewId, PlanArg, ValueRef};
 use fxrewrite::{Edit, Plan};
@@ -761,7 +762,7 @@ fn run_node(
                 mem.pure_op_shaped(&t.name, &a, shape.as_ref())
             }
         }
-        (_, TargetKind::AutoFunctionalized) => {
+        (_, kind) if Form::of_kind(kind) == Some(Form::V1) => {
             let Some(Value::Target(op)) = node.args.first() else {
                 return Err("af without an operator".into());
             };
@@ -783,7 +784,7 @@ fn run_node(
             out.extend(new_vals);
             Ok(V::Seq(out))
         }
-        (_, TargetKind::AutoFunctionalizedV2) => {
+        (_, kind) if Form::of_kind(kind) == Some(Form::V2) => {
             let Some(Value::Target(op)) = node.args.first() else {
                 return Err("af without an operator".into());
             };

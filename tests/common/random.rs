@@ -649,7 +649,7 @@ impl Gen {
                     .find(|&i| {
                         matches!(
                             self.b.g.target_of(i).kind,
-                            TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2
+                            TargetKind::AutoFunctionalized(_)
                         )
                     });
                 let mut written: HashSet<NodeId> = HashSet::new();

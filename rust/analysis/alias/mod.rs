@@ -173,9 +173,7 @@ fn classify_one(graph: &Graph, roles: &[Role], id: NodeId, node: &crate::ir::Nod
         OpCode::CallFunction => {}
     }
     match target.kind {
-        TargetKind::AutoFunctionalized | TargetKind::AutoFunctionalizedV2 => {
-            Role::AutoFunctionalized
-        }
+        TargetKind::AutoFunctionalized(_) => Role::AutoFunctionalized,
         TargetKind::Getitem => classify_getitem(graph, roles, id, node),
         TargetKind::HigherOrder | TargetKind::Other => Role::Opaque,
         TargetKind::Operator => {
