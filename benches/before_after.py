@@ -10,7 +10,8 @@ Each of ``--before`` and ``--after`` is a directory holding an importable
 ``fxrewrite`` package with its native module: for example a copy of
 ``python/`` after ``maturin develop --release`` at each revision, or
 ``pip install --no-deps --target DIR`` of the wheel ``scripts/build_wheel.sh``
-builds there. Every round runs ``benches/compare.py`` once per build, in a
+builds there. Every process gets one hash seed (``PYTHONHASHSEED=0``:
+per-process seeds alone moved a build's timings by up to 50%). Every round runs ``benches/compare.py`` once per build, in a
 fresh process with that directory first on ``PYTHONPATH``, alternating which
 build goes first; each run reports the median of ``--repeat`` rewrites of a
 fresh copy of the graph (process CPU time), and the table gives the median
@@ -30,10 +31,18 @@ from typing import Any
 
 COMPARE = Path(__file__).resolve().parent / "compare.py"
 PARTS = ("encode", "engine", "apply")
+#: One hash seed for every run: with a random seed per process, two runs of
+#: one build differed by up to 50% in the bare walk and 18% in encoding (set
+#: and dict layouts of the graph's nodes); with one seed, by 2%.
+HASH_SEED = "0"
 
 
 def _run(build: Path, only: str, sizes: str, forms: str, repeat: int) -> list[dict[str, Any]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(build), os.environ.get("PYTHONPATH", "")]),
+        PYTHONHASHSEED=HASH_SEED,
+    )
     cmd = [sys.executable, str(COMPARE), "--only", only, "--sizes", sizes, "--forms", forms]
     cmd += ["--repeat", str(repeat), "--no-memory", "--json"]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout

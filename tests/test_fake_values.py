@@ -159,3 +159,15 @@ def test_other_operators_go_through_the_fake_mode(target, monkeypatch):
     assert target in dispatched
     assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
     assert fx_meta.storage_of(got) != fx_meta.storage_of(x)
+
+
+def test_refresh_views_skips_only_operators_whose_returns_cannot_alias():
+    import operator
+
+    import conftest  # noqa: F401  (registers the fxr_test operators)
+
+    a = torch.ops.aten
+    assert fx_meta._returns_no_alias(a.add.Tensor)
+    assert fx_meta._returns_no_alias(torch.ops.fxr_test.acc_sum.default)  # a custom op's result is fresh
+    for may_alias in (a.slice.Tensor, a.view.default, a.split.Tensor, a.copy_.default, operator.getitem):
+        assert not fx_meta._returns_no_alias(may_alias), may_alias

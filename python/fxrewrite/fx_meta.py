@@ -314,6 +314,19 @@ def storage_of(v: Any) -> int | None:
         return None
 
 
+@functools.cache
+def _returns_no_alias(target: Any) -> bool:
+    """An operator overload none of whose returns is annotated as an alias
+    of an input (a pointwise op, a reduction, a custom op: torch forbids a
+    custom op to return its input): its value is fresh memory whatever its
+    inputs, so ``refresh_views`` need not read its storage. ``getitem`` and
+    anything without a schema may alias (a ``split``'s pieces): not these."""
+    schema = getattr(target, "_schema", None)
+    if not isinstance(target, torch._ops.OpOverload) or schema is None:
+        return False
+    return all(r.alias_info is None for r in schema.returns)
+
+
 def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: Any) -> None:
     """Recomputes ``meta['val']`` of the views among re-pointed users (and
     their views, transitively): a user whose value shared the replaced node's
@@ -339,7 +352,7 @@ def refresh_views(repointed: list[tuple[Any, list[torch.fx.Node]]], fake_mode: A
             seen: set[torch.fx.Node] = set()
             while stack:
                 u = stack.pop()
-                if u in seen or u.op != "call_function":
+                if u in seen or u.op != "call_function" or _returns_no_alias(u.target):
                     continue
                 seen.add(u)
                 val = u.meta.get("val")
