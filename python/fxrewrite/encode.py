@@ -42,6 +42,17 @@ def _auto_functionalized_operators() -> dict[Any, tuple[str, int]]:
 
 #: The auto_functionalized operators of this torch: ``{operator: (name, kind code)}``.
 AUTO_FUNCTIONALIZED = _auto_functionalized_operators()
+
+
+def _auto_functionalized_entry(obj: Any) -> tuple[str, int] | None:
+    """``AUTO_FUNCTIONALIZED``'s entry for ``obj``, found by identity (no
+    ``__eq__`` or ``__hash__`` of an arbitrary callable target is run)."""
+    for op, entry in AUTO_FUNCTIONALIZED.items():
+        if obj is op:
+            return entry
+    return None
+
+
 _BIT = WIRE_CODES["tag_bit"]
 
 # The tags the engine reads, as (wire bit, tag). ``torch.Tag.out`` and
@@ -143,7 +154,7 @@ def describe_target(obj: Any) -> tuple[str, int, Any]:
         return (op_name(obj), _KIND["operator"], schema_facts(obj))
     if obj is operator.getitem:
         return ("operator.getitem", _KIND["getitem"], None)
-    af = AUTO_FUNCTIONALIZED.get(obj)
+    af = _auto_functionalized_entry(obj)
     if af is not None:
         return (af[0], af[1], None)
     if isinstance(obj, torch._ops.HigherOrderOperator):
@@ -265,7 +276,7 @@ def alias_groups(n: torch.fx.Node) -> list[list[str]] | None:
 
 def operands_need_meta(target: Any) -> bool:
     """Whether the engine reads the tensor metadata of a node's operands."""
-    if target in AUTO_FUNCTIONALIZED:
+    if _auto_functionalized_entry(target) is not None:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
@@ -279,7 +290,7 @@ def operands_need_meta(target: Any) -> bool:
 
 def is_auto_functionalized(node: torch.fx.Node) -> bool:
     """True for ``auto_functionalized`` and ``auto_functionalized_v2`` nodes."""
-    return node.op == "call_function" and node.target in AUTO_FUNCTIONALIZED
+    return node.op == "call_function" and _auto_functionalized_entry(node.target) is not None
 
 
 def count_auto_functionalized(graph: torch.fx.Graph) -> int:
