@@ -245,12 +245,15 @@ impl<'py, 'g> FxEditor<'py, 'g> {
         }
         let origin = &self.nodes[ins.origin.idx()];
         if matches!(ins.callee, Callee::Target(_)) {
-            let written = match crate::forms::reinplace_v2::written_views(self.ir, ins.origin) {
-                Some(w) => Some(PyDict::from_sequence(
-                    &PyList::new(py, super::written_views_to_py(py, w)?)?.into_any(),
-                )?),
-                None => None,
-            };
+            let written = crate::forms::reinplace_v2::written_views(self.ir, ins.origin)
+                .map(|w| -> PyResult<_> {
+                    let by_name = PyDict::new(py);
+                    for (name, items) in super::written_views_to_py(py, w)? {
+                        by_name.set_item(name, items)?;
+                    }
+                    Ok(by_name)
+                })
+                .transpose()?;
             let eager = self
                 .meta
                 .call_method1("eager_input_vals", (origin, &callee, &created, written))?;
