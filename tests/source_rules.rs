@@ -17,7 +17,7 @@
 //! itself holds `Context` (what every engine file extends) and is left out
 //! of the engine's graph.
 //!
-//! ARCHITECTURE.md. In "Three questions, and the files each takes", every
+//! ARCHITECTURE.md. In "Four questions, and the files each takes", every
 //! `` `rust/...rs` (`function` ``...) pair names a function defined in that
 //! file, and the count each answer states ("Nine files") is the number of
 //! distinct files it names.
@@ -357,11 +357,17 @@ const NUMBERS: [&str; 13] = [
     "eleven", "twelve",
 ];
 
-/// `(path, function)` for each `` `path` (`function` `` in `text`; the
-/// function is `None` where the path is not followed by one.
+/// `(path, function)` for each `` `path` (`function` `` in `text` (a path
+/// under `rust/` or `python/`), in order; the function is `None` where the
+/// path is not followed by one.
 fn named(text: &str) -> Vec<(String, Option<String>)> {
     let mut out = Vec::new();
-    for (i, _) in text.match_indices("`rust/") {
+    let mut starts: Vec<usize> = ["`rust/", "`python/"]
+        .iter()
+        .flat_map(|prefix| text.match_indices(prefix).map(|(i, _)| i))
+        .collect();
+    starts.sort_unstable();
+    for i in starts {
         let rest = &text[i + 1..];
         let Some(end) = rest.find('`') else { continue };
         let path = rest[..end].to_string();
@@ -378,14 +384,14 @@ fn named(text: &str) -> Vec<(String, Option<String>)> {
 fn each_answer_names_its_files_and_functions_truly() {
     let arch = fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
     let section = arch
-        .split("## Three questions, and the files each takes")
+        .split("## Four questions, and the files each takes")
         .nth(1)
         .expect("ARCHITECTURE.md has the section")
         .split("\n## ")
         .next()
         .unwrap();
     let answers: Vec<&str> = section.split("\n- **").skip(1).collect();
-    assert_eq!(answers.len(), 3, "three questions");
+    assert_eq!(answers.len(), 4, "four questions");
     for answer in answers {
         let question = answer.split("**").next().unwrap();
         let pairs = named(answer);
@@ -413,11 +419,12 @@ fn each_answer_names_its_files_and_functions_truly() {
 
 #[test]
 fn the_reader_reads_pairs() {
-    let pairs = named("see `rust/a.rs` (`f`: x) and `rust/b.rs` alone");
+    let pairs = named("see `rust/a.rs` (`f`: x), `python/c.pyi` and `rust/b.rs` alone");
     assert_eq!(
         pairs,
         [
             ("rust/a.rs".to_string(), Some("f".to_string())),
+            ("python/c.pyi".to_string(), None),
             ("rust/b.rs".to_string(), None)
         ]
     );

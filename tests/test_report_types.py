@@ -7,6 +7,8 @@ pickled into a serving engine's workers)."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 import pickle
 import typing
@@ -121,3 +123,63 @@ def test_a_report_with_an_error_and_timings_is_json() -> None:
         "timings": {"total": 0.5},
     }
     assert "left untouched" in r.summary()
+
+
+def _stub_class(name: str) -> ast.ClassDef:
+    stub = ast.parse(Path(_core.__file__).with_name("_core.pyi").read_text())
+    [cls] = [n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == name]
+    return cls
+
+
+def _stub_fields(name: str) -> tuple[list[str], list[str]]:
+    """The constructor's parameters and the properties ``_core.pyi`` declares
+    for ``name``, each in the stub's order."""
+    cls = _stub_class(name)
+    [new] = [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__new__"]
+    params = [a.arg for a in new.args.args[1:]]
+    properties = [
+        f.name
+        for f in cls.body
+        if isinstance(f, ast.FunctionDef) and any(ast.unparse(d) == "property" for d in f.decorator_list)
+    ]
+    return params, properties
+
+
+def test_the_fields_are_the_engines_in_its_order_and_the_stub_says_so() -> None:
+    """The engine's types are the one declaration of the entries' fields:
+    the classes' fields are the keys of the engine's JSON, in its order;
+    the stub (a typed view for type checkers) declares the same, in that
+    order; so do the keys of ``Plan.report`` and ``Report``'s first fields."""
+    plan = _core.Graph.read(FIXTURES[0].read_bytes()).plan()
+    engine = json.loads(plan.report_json())
+    decision = engine["decisions"][0]
+    assert Decision.__match_args__ == tuple(decision)
+    note = CloneNote("x", "r").to_dict()
+    assert CloneNote.__match_args__ == tuple(note) and set(LIVE_ONLY) < set(note)
+    for cls in (CloneNote, Decision):
+        assert _stub_fields(cls.__name__) == (list(cls.__match_args__), list(cls.__match_args__)), cls
+    typed = [ast.unparse(s.target) for s in _stub_class("ReportFields").body if isinstance(s, ast.AnnAssign)]
+    assert typed == list(plan.report()) == list(engine)
+    assert [f.name for f in dataclasses.fields(Report)][: len(engine)] == list(engine)
+
+
+def test_the_constructors_take_fields_by_position_in_order_or_by_name() -> None:
+    d = Decision("af", "ns::op", "v1", "none", "left", [], [], 0, "why", "requested", "m.py:1")
+    assert (d.reason, d.cause, d.source) == ("why", "requested", "m.py:1")
+    assert d == Decision(**{f: getattr(d, f) for f in Decision.__match_args__})
+    match d:
+        case Decision(node, op, _, _, action):
+            assert (node, op, action) == ("af", "ns::op", "left")
+        case _:
+            pytest.fail("a decision matches its positional pattern")
+    # Clones are given as notes (or as the dicts ``to_dict`` writes).
+    note = CloneNote("out", "r", bytes=8)
+    assert Decision("n", "o", "v2", "none", "cloned", clones=[note.to_dict()]).clones == [note]
+    for bad, words in (
+        (lambda: Decision("n", "o", "v1", "none"), "missing field `action`"),
+        (lambda: Decision("n", "o", "v1", "none", "left", colour=1), "unknown field `colour`"),
+        (lambda: CloneNote("out", "r", arg="out"), "multiple values for argument arg"),
+        (lambda: CloneNote(*"abcdefgh"), "at most 7 positional arguments"),
+    ):
+        with pytest.raises(TypeError, match=words):
+            bad()

@@ -3,7 +3,7 @@
 The engine runs here with the GIL released; everything else is Python.
 """
 
-from typing import Any, TypedDict, final
+from typing import Any, ClassVar, TypedDict, final
 
 from .report import Action, Cause, Form
 
@@ -114,8 +114,15 @@ class InternalError(FxrewriteError):
 @final
 class CloneNote:
     """One clone the plan keeps, and why it is needed (frozen; the engine's
-    ``rust/plan/mod.rs`` ``CloneNote``)."""
+    ``rust/plan/mod.rs`` ``CloneNote``, whose fields, names and order are
+    the only declaration: positional arguments, attributes, ``to_dict``,
+    ``repr`` and pickling are made from them at run time).
 
+    Raises:
+        TypeError: (constructor) an argument missing, unknown or given twice.
+    """
+
+    __match_args__: ClassVar[tuple[str, ...]]
     def __new__(
         cls,
         arg: str,
@@ -167,13 +174,16 @@ class CloneNote:
 @final
 class Decision:
     """What happened to one auto_functionalized node (frozen; the engine's
-    ``rust/plan/mod.rs`` ``NodeReport``).
+    ``rust/plan/mod.rs`` ``NodeReport``, the only declaration of its fields,
+    as for ``CloneNote``).
 
     Raises:
         ValueError: (constructor) ``form``, ``rule``, ``action`` or ``cause``
             is a name the engine does not use.
+        TypeError: (constructor) an argument missing, unknown or given twice.
     """
 
+    __match_args__: ClassVar[tuple[str, ...]]
     def __new__(
         cls,
         node: str,
@@ -185,8 +195,8 @@ class Decision:
         clones: list[CloneNote] = ...,
         scatters_removed: int = 0,
         reason: str | None = None,
-        source: str | None = None,
         cause: Cause | None = None,
+        source: str | None = None,
     ) -> Decision: ...
     #: The node's name.
     @property
@@ -214,12 +224,12 @@ class Decision:
     #: Why the node was left, for ``"left"``.
     @property
     def reason(self) -> str | None: ...
-    #: The node's own source line, when known.
-    @property
-    def source(self) -> str | None: ...
     #: The kind of reason, for ``"left"``.
     @property
     def cause(self) -> Cause | None: ...
+    #: The node's own source line, when known.
+    @property
+    def source(self) -> str | None: ...
     def with_clones(self, clones: list[CloneNote]) -> Decision:
         """A copy with ``clones`` in place of this decision's."""
     def to_dict(self) -> dict[str, Any]:

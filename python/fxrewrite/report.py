@@ -1,8 +1,9 @@
 """The Report: what a rewrite did to one graph, and why.
 
 Its entries are the engine's own types (``CloneNote``, ``Decision``: frozen
-classes of the native module, one definition in ``rust/plan/mod.rs``);
-``Report`` adds the pass's outcome (``error``, ``timings``) and the
+classes of the native module, made from the one declaration of their fields
+in ``rust/plan/mod.rs``); ``Report`` takes the engine's report fields
+(``Plan.report``) and adds the pass's outcome (``error``, ``timings``) and the
 presentation (totals, summary, JSON).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._core import CloneNote, Decision
@@ -151,17 +152,13 @@ class Report:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``from_cache`` only when true)."""
-        out: dict[str, Any] = {
-            "nodes": self.nodes,
-            "decisions": [d.to_dict() for d in self.decisions],
-            "writebacks_removed": self.writebacks_removed,
-            "realized": self.realized,
-            "error": self.error,
-            "timings": dict(self.timings),
-        }
-        if self.from_cache:
-            out["from_cache"] = True
+        """A JSON-ready dict of every field, in order (``from_cache`` only
+        when true)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["decisions"] = [d.to_dict() for d in self.decisions]
+        out["timings"] = dict(self.timings)
+        if not self.from_cache:
+            del out["from_cache"]
         return out
 
     def to_json(self) -> str:

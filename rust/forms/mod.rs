@@ -21,14 +21,14 @@ pub mod out_buffers_v2;
 pub mod reinplace_v1;
 pub mod reinplace_v2;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ir::{Graph, NodeId, TargetKind};
 pub use call::FormCall;
 
 /// Which higher-order operator an auto_functionalized node is; serialized
 /// (reports) as [`Form::as_str`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Form {
     /// `auto_functionalized`: the written arguments are passed as they are,
     /// and a view written in place is put back into its base by a later
@@ -44,12 +44,6 @@ pub enum Form {
 impl Form {
     /// Both forms, V1 first.
     pub const ALL: [Form; 2] = [Form::V1, Form::V2];
-
-    /// The form named `name` (`"v1"` or `"v2"`).
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Form> {
-        Self::ALL.into_iter().find(|f| f.as_str() == name)
-    }
 
     /// The stable name reports use: `"v1"` or `"v2"`.
     #[must_use]
@@ -161,6 +155,30 @@ pub fn rule_named(name: &str) -> Option<&'static str> {
         .into_iter()
         .chain([NO_RULE])
         .find(|rule| *rule == name)
+}
+
+/// A rule's name as the engine keeps it (one of [`rule_names`] or
+/// [`NO_RULE`]). Named so a report's `rule` field is not a `&str` to serde,
+/// which would take it for a name borrowed from the input and make reports
+/// readable only from `'static` data; [`deserialize_rule`] looks the name
+/// up instead.
+pub type RuleName = &'static str;
+
+/// Reads a report's `rule` field: a name [`rule_named`] knows, kept as the
+/// engine keeps it; any other name is an error that quotes it.
+///
+/// # Errors
+/// The name is no registered rule and not [`NO_RULE`].
+pub fn deserialize_rule<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<RuleName, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    rule_named(&name).ok_or_else(|| {
+        serde::de::Error::invalid_value(
+            serde::de::Unexpected::Str(&name),
+            &"a registered rule's name or \"none\"",
+        )
+    })
 }
 
 /// The name of the rule that claims `node` and what it parsed, or `None`

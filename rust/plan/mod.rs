@@ -10,7 +10,7 @@
 
 pub mod apply;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ir::{NodeId, TargetId};
 
@@ -160,7 +160,7 @@ pub enum Edit {
 }
 
 /// What happened to one auto_functionalized node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Rewritten into an in-place call with no copy.
@@ -175,12 +175,6 @@ impl Action {
     /// Every action, in declaration order.
     pub const ALL: [Action; 3] = [Action::Reinplaced, Action::Cloned, Action::Left];
 
-    /// The action named `name` (as [`Self::as_str`] names it).
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Action> {
-        Self::ALL.into_iter().find(|a| a.as_str() == name)
-    }
-
     /// The name reports use (`"reinplaced"`), as serialized.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -193,7 +187,7 @@ impl Action {
 }
 
 /// Why a node was left alone, in the kinds a caller acts on differently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeftCause {
     /// The engine cannot rewrite it safely; the reason says why.
@@ -213,12 +207,6 @@ impl LeftCause {
         LeftCause::UnattributedSharing,
         LeftCause::Requested,
     ];
-
-    /// The cause named `name` (as [`Self::as_str`] names it).
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<LeftCause> {
-        Self::ALL.into_iter().find(|c| c.as_str() == name)
-    }
 
     /// The name reports use (`"unattributed_sharing"`), as serialized.
     #[must_use]
@@ -247,7 +235,12 @@ pub fn report_vocabulary() -> [(&'static str, Vec<&'static str>); 3] {
 }
 
 /// One clone the plan keeps, and why it is needed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+///
+/// The fields are declared here only: Python's `CloneNote` (its
+/// constructor, attributes, `to_dict`, pickling) is made from this type's
+/// serde names and order (`rust/python/report.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CloneNote {
     /// The written argument (`out`, `xs[1]`, or a v2 base `_all_bases[0]`).
     pub arg: String,
@@ -271,7 +264,11 @@ pub struct CloneNote {
 }
 
 /// The decision for one auto_functionalized node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+///
+/// Declared here only, like [`CloneNote`]: Python's `Decision` is made from
+/// this type's serde names and order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeReport {
     /// The node's name.
     pub node: String,
@@ -281,14 +278,18 @@ pub struct NodeReport {
     pub form: crate::forms::Form,
     /// The name of the rule that read it (`crate::forms::Rule`), or `none`
     /// when none did or the caller asked to leave its operator.
-    pub rule: &'static str,
+    #[serde(deserialize_with = "crate::forms::deserialize_rule")]
+    pub rule: crate::forms::RuleName,
     /// The outcome.
     pub action: Action,
     /// Readers of old values moved before the call instead of cloning.
+    #[serde(default)]
     pub moved: Vec<String>,
     /// Clones kept.
+    #[serde(default)]
     pub clones: Vec<CloneNote>,
     /// Scatter nodes made unnecessary (v1 write-back elimination).
+    #[serde(default)]
     pub scatters_removed: usize,
     /// Why the node was left alone, for [`Action::Left`].
     pub reason: Option<String>,
@@ -299,7 +300,10 @@ pub struct NodeReport {
 }
 
 /// Everything the engine decided about one graph.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+///
+/// Declared here only: `Plan.report`'s keys in Python are these fields, in
+/// this order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Nodes in the graph.
     pub nodes: usize,
@@ -397,23 +401,64 @@ mod tests {
                 Some(c.as_str())
             );
         }
+        // And reads back each name it writes, refusing any other.
+        fn read<T: serde::de::DeserializeOwned>(name: &str) -> Option<T> {
+            serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+        }
         for (name, action) in ["reinplaced", "cloned", "left"]
             .into_iter()
             .zip(Action::ALL)
         {
-            assert_eq!(Action::from_name(name), Some(action));
+            assert_eq!(read(name), Some(action));
         }
         for c in LeftCause::ALL {
-            assert_eq!(LeftCause::from_name(c.as_str()), Some(c));
+            assert_eq!(read(c.as_str()), Some(c));
         }
         for f in Form::ALL {
-            assert_eq!(Form::from_name(f.as_str()), Some(f));
+            assert_eq!(read(f.as_str()), Some(f));
         }
-        assert_eq!(Form::from_name("v3"), None);
-        assert_eq!(Action::from_name("Left"), None);
-        assert_eq!(LeftCause::from_name(""), None);
+        assert_eq!(read::<Form>("v3"), None);
+        assert_eq!(read::<Action>("Left"), None);
+        assert_eq!(read::<LeftCause>(""), None);
         let vocabulary = report_vocabulary();
         assert_eq!(vocabulary[1].1, ["reinplaced", "cloned", "left"]);
         assert_eq!(vocabulary[2].1.len(), LeftCause::ALL.len());
+    }
+
+    /// A report's entries read back from the JSON the engine writes (the
+    /// Python constructors read their arguments the same way), and a name
+    /// no rule has is refused.
+    #[test]
+    fn entries_read_back_what_they_write() {
+        let note = CloneNote {
+            arg: "xs[1]".into(),
+            reason: "read later".into(),
+            reader: Some("mul".into()),
+            reader_source: None,
+            bytes: Some(64),
+            bytes_expr: None,
+            bytes_at_trace: None,
+        };
+        let decision = NodeReport {
+            node: "auto_functionalized".into(),
+            op: "ns::op.default".into(),
+            form: Form::V2,
+            rule: crate::forms::NO_RULE,
+            action: Action::Cloned,
+            moved: vec!["add".into()],
+            clones: vec![note],
+            scatters_removed: 1,
+            reason: None,
+            cause: Some(LeftCause::Requested),
+            source: Some("m.py:3".into()),
+        };
+        let json = serde_json::to_string(&decision).unwrap();
+        assert_eq!(serde_json::from_str::<NodeReport>(&json).unwrap(), decision);
+        let other_rule = json.replace("\"rule\":\"none\"", "\"rule\":\"reinplace_v3\"");
+        assert_ne!(other_rule, json);
+        let error = serde_json::from_str::<NodeReport>(&other_rule).unwrap_err();
+        assert!(error.to_string().contains("reinplace_v3"), "{error}");
+        let unknown = json.replacen('{', "{\"colour\":1,", 1);
+        assert!(serde_json::from_str::<NodeReport>(&unknown).is_err());
     }
 }

@@ -9,6 +9,7 @@
 
 mod convert;
 mod errors;
+mod field_of;
 mod fx_editor;
 mod fx_reader;
 mod report;

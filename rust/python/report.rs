@@ -1,104 +1,173 @@
-//! The report as Python reads it: frozen views of the engine's own report
+//! The report as Python reads it: frozen views of the engine's own entry
 //! types ([`crate::plan::CloneNote`], [`crate::plan::NodeReport`]), made
-//! from them without a JSON round trip. The fields, their names and their
-//! vocabularies are defined once, in `crate::plan`; Python
+//! from them without a JSON round trip.
+//!
+//! The fields are declared once, in `crate::plan`. Everything Python sees of
+//! them is made from the types' serde names and order: the constructors
+//! (positional in that order, or by name), one read-only attribute per field
+//! (added to the class when the module loads), `to_dict`, `repr`, pickling,
+//! and `__match_args__`. serde-aux reads the names off the types'
+//! `Deserialize`; pythonize converts values both ways, so a name the engine
+//! would not write (a `form`, `rule`, `action` or `cause`) is refused with
+//! serde's error, as it would be reading the engine's JSON. Python
 //! (`fxrewrite.report.Report`) adds the pass's outcome (timings, error) and
 //! the presentation (summary, totals, JSON).
 //!
 //! Like the frozen dataclasses they replace, they compare and hash by value.
-//!
-//! Python builds values of these classes too (tests, and the pass adding
-//! what only the live graph knows): the constructors check the names of
-//! `form`, `rule`, `action` and `cause` against the engine's, so a report
-//! never holds a name the engine would not write.
 
-use pyo3::exceptions::PyValueError;
+use std::hash::{Hash, Hasher};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple, PyType};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_aux::serde_introspection::serde_introspect;
 
-use crate::forms::Form;
-use crate::plan::{Action, CloneNote, LeftCause, NodeReport};
+use super::field_of::field_of;
+use crate::plan::{CloneNote, NodeReport};
+
+/// A decision's field that holds entries of their own: Python reads its
+/// clones as `CloneNote` objects and may give them so to the constructor.
+const NESTED_CLONES: &str = "clones";
+
+/// The engine's value; each field is converted when read, alone
+/// ([`field_of`]).
+struct Entry<T> {
+    value: T,
+}
+
+impl<T: Serialize + DeserializeOwned> Entry<T> {
+    fn new(value: T) -> Self {
+        Self { value }
+    }
+
+    /// The field names, in the type's declaration (and JSON) order.
+    fn names() -> &'static [&'static str] {
+        serde_introspect::<T>()
+    }
+
+    /// The value as a dict of every field, in order: serde's, with the
+    /// fields its JSON skips when empty filled in as `None`.
+    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let serialized = pythonize::pythonize(py, &self.value)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let serialized = serialized.cast_into::<PyDict>()?;
+        let dict = PyDict::new(py);
+        for name in Self::names() {
+            dict.set_item(
+                name,
+                serialized
+                    .get_item(name)?
+                    .unwrap_or(py.None().into_bound(py)),
+            )?;
+        }
+        Ok(dict)
+    }
+
+    /// A value from positional arguments (in field order) and keywords.
+    fn from_arguments(
+        class: &str,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        given_as_entries: impl Fn(&Bound<'_, PyDict>) -> PyResult<()>,
+    ) -> PyResult<T> {
+        let names = Self::names();
+        if args.len() > names.len() {
+            return Err(PyTypeError::new_err(format!(
+                "{class}() takes at most {} positional arguments ({}), {} given",
+                names.len(),
+                names.join(", "),
+                args.len()
+            )));
+        }
+        let fields = PyDict::new(args.py());
+        for (name, arg) in names.iter().zip(args.iter()) {
+            fields.set_item(name, arg)?;
+        }
+        for (name, value) in kwargs.into_iter().flatten() {
+            if fields.contains(&name)? {
+                return Err(PyTypeError::new_err(format!(
+                    "{class}() got multiple values for argument {name}"
+                )));
+            }
+            fields.set_item(name, value)?;
+        }
+        given_as_entries(&fields)?;
+        pythonize::depythonize::<T>(&fields).map_err(|e| {
+            let text = format!("{class}(): {e}");
+            // As Python words a call's missing or unknown argument.
+            if text.contains("missing field") || text.contains("unknown field") {
+                PyTypeError::new_err(text)
+            } else {
+                PyValueError::new_err(text)
+            }
+        })
+    }
+
+    /// `name`'s value, made anew at each read (a list is the caller's
+    /// own: the entry stays frozen); `None` where serde skips it.
+    fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let value =
+            field_of(py, &self.value, name).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(value.unwrap_or_else(|| py.None().into_bound(py)))
+    }
+
+    /// `Class(field=value, ...)`, every field, as a dataclass writes it.
+    fn repr<'py>(
+        class: &str,
+        field: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<String> {
+        let parts = Self::names()
+            .iter()
+            .map(|name| Ok(format!("{name}={}", field(name)?.repr()?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(format!("{class}({})", parts.join(", ")))
+    }
+
+    /// The constructor's positional arguments that make this value again.
+    fn arguments<'py>(
+        py: Python<'py>,
+        field: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let values = Self::names()
+            .iter()
+            .map(|name| field(name))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, values)
+    }
+}
+
+impl<T: PartialEq> PartialEq for Entry<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Hash> Hash for Entry<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.value.hash(state);
+    }
+}
 
 /// One clone the plan keeps, and why it is needed.
-#[pyclass(
-    name = "CloneNote",
-    module = "fxrewrite._core",
-    frozen,
-    eq,
-    hash,
-    from_py_object
-)]
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) struct PyCloneNote(CloneNote);
+#[pyclass(name = "CloneNote", module = "fxrewrite._core", frozen, eq, hash)]
+#[derive(PartialEq, Hash)]
+pub(super) struct PyCloneNote(Entry<CloneNote>);
+
+impl PyCloneNote {
+    fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.0.field(py, name)
+    }
+}
 
 #[pymethods]
 impl PyCloneNote {
     #[new]
-    #[pyo3(signature = (
-        arg, reason, reader = None, reader_source = None, bytes = None,
-        bytes_expr = None, bytes_at_trace = None
-    ))]
-    fn new(
-        arg: String,
-        reason: String,
-        reader: Option<String>,
-        reader_source: Option<String>,
-        bytes: Option<u64>,
-        bytes_expr: Option<String>,
-        bytes_at_trace: Option<u64>,
-    ) -> Self {
-        Self(CloneNote {
-            arg,
-            reason,
-            reader,
-            reader_source,
-            bytes,
-            bytes_expr,
-            bytes_at_trace,
-        })
-    }
-
-    /// The written argument (`out`, `xs[1]`, or a v2 base `_all_bases[0]`).
-    #[getter]
-    fn arg(&self) -> &str {
-        &self.0.arg
-    }
-
-    /// Why the buffer cannot be written in place.
-    #[getter]
-    fn reason(&self) -> &str {
-        &self.0.reason
-    }
-
-    /// The node that reads the old value, when that is the reason.
-    #[getter]
-    fn reader(&self) -> Option<&str> {
-        self.0.reader.as_deref()
-    }
-
-    /// The reader's source line, when known.
-    #[getter]
-    fn reader_source(&self) -> Option<&str> {
-        self.0.reader_source.as_deref()
-    }
-
-    /// Bytes copied, where the shape is static.
-    #[getter]
-    fn bytes(&self) -> Option<u64> {
-        self.0.bytes
-    }
-
-    /// Where it is symbolic: the bytes as an expression of the graph's
-    /// symbols (filled by the pass from the live graph).
-    #[getter]
-    fn bytes_expr(&self) -> Option<&str> {
-        self.0.bytes_expr.as_deref()
-    }
-
-    /// That expression at the sizes the graph was traced with.
-    #[getter]
-    fn bytes_at_trace(&self) -> Option<u64> {
-        self.0.bytes_at_trace
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let note = Entry::<CloneNote>::from_arguments("CloneNote", args, kwargs, |_| Ok(()))?;
+        Ok(Self(Entry::new(note)))
     }
 
     /// A copy with what only the live graph knows; each fact given replaces
@@ -110,17 +179,18 @@ impl PyCloneNote {
         bytes_expr: Option<String>,
         bytes_at_trace: Option<u64>,
     ) -> Self {
-        let mut note = self.0.clone();
+        let mut note = self.0.value.clone();
         note.reader_source = reader_source.or(note.reader_source);
         note.bytes_expr = bytes_expr.or(note.bytes_expr);
         note.bytes_at_trace = bytes_at_trace.or(note.bytes_at_trace);
-        Self(note)
+        Self(Entry::new(note))
     }
 
     /// The bytes copied in words (`2048 bytes`, `4*s0 bytes (128 at the
     /// traced sizes)`, `symbolic size`).
     fn size_text(&self) -> String {
-        match (&self.0.bytes, &self.0.bytes_expr, self.0.bytes_at_trace) {
+        let n = &self.0.value;
+        match (&n.bytes, &n.bytes_expr, n.bytes_at_trace) {
             (Some(bytes), _, _) => format!("{bytes} bytes"),
             (None, Some(expr), Some(at)) if !expr.is_empty() => {
                 format!("{expr} bytes ({at} at the traced sizes)")
@@ -132,27 +202,11 @@ impl PyCloneNote {
 
     /// The note as a JSON-ready dict, every field named.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        let n = &self.0;
-        d.set_item("arg", &n.arg)?;
-        d.set_item("reason", &n.reason)?;
-        d.set_item("reader", &n.reader)?;
-        d.set_item("reader_source", &n.reader_source)?;
-        d.set_item("bytes", n.bytes)?;
-        d.set_item("bytes_expr", &n.bytes_expr)?;
-        d.set_item("bytes_at_trace", n.bytes_at_trace)?;
-        Ok(d)
+        self.0.as_dict(py)
     }
 
-    fn __repr__(&self) -> String {
-        let n = &self.0;
-        format!(
-            "CloneNote(arg={:?}, reason={:?}, reader={}, bytes={})",
-            n.arg,
-            n.reason,
-            repr_of(n.reader.as_ref()),
-            n.bytes.map_or("None".to_string(), |b| b.to_string())
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Entry::<CloneNote>::repr("CloneNote", |name| self.field(py, name))
     }
 
     /// Pickles as its constructor's arguments (a pass object holding
@@ -160,189 +214,73 @@ impl PyCloneNote {
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
-        let n = &slf.get().0;
-        let args = (
-            &n.arg,
-            &n.reason,
-            &n.reader,
-            &n.reader_source,
-            n.bytes,
-            &n.bytes_expr,
-            n.bytes_at_trace,
-        )
-            .into_pyobject(slf.py())?;
+        let py = slf.py();
+        let args = Entry::<CloneNote>::arguments(py, |name| slf.get().field(py, name))?;
         Ok((slf.get_type(), args))
     }
 }
 
-/// An optional text as Python writes it in a repr (`None` or quoted).
-fn repr_of(text: Option<impl AsRef<str>>) -> String {
-    text.map_or("None".to_string(), |t| format!("{:?}", t.as_ref()))
-}
-
 /// What happened to one auto_functionalized node.
 #[pyclass(name = "Decision", module = "fxrewrite._core", frozen, eq, hash)]
-#[derive(PartialEq, Eq, Hash)]
-pub(super) struct PyDecision(NodeReport);
+#[derive(PartialEq, Hash)]
+pub(super) struct PyDecision(Entry<NodeReport>);
 
-/// `value`, named by `field` of a report, if the engine knows the name.
-fn named<T>(field: &str, value: &str, parse: impl Fn(&str) -> Option<T>) -> PyResult<T> {
-    parse(value).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "{value:?} is no {field} of a report (fxrewrite._core.REPORT_VOCABULARY and the \
-             rule names list them)"
-        ))
-    })
+impl PyDecision {
+    fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        if name != NESTED_CLONES {
+            return self.0.field(py, name);
+        }
+        let clones = self.0.value.clones.iter().cloned();
+        let clones = clones.map(|c| PyCloneNote(Entry::new(c)));
+        Ok(PyList::new(py, clones.collect::<Vec<_>>())?.into_any())
+    }
 }
 
 #[pymethods]
 impl PyDecision {
     #[new]
-    #[pyo3(signature = (
-        node, op, form, rule, action, moved = Vec::new(), clones = Vec::new(),
-        scatters_removed = 0, reason = None, source = None, cause = None
-    ))]
-    #[allow(clippy::too_many_arguments)] // the report's fields, as keywords
-    fn new(
-        node: String,
-        op: String,
-        form: &str,
-        rule: &str,
-        action: &str,
-        moved: Vec<String>,
-        clones: Vec<PyCloneNote>,
-        scatters_removed: usize,
-        reason: Option<String>,
-        source: Option<String>,
-        cause: Option<&str>,
-    ) -> PyResult<Self> {
-        Ok(Self(NodeReport {
-            node,
-            op,
-            form: named("form", form, Form::from_name)?,
-            rule: named("rule", rule, crate::forms::rule_named)?,
-            action: named("action", action, Action::from_name)?,
-            moved,
-            clones: clones.into_iter().map(|c| c.0).collect(),
-            scatters_removed,
-            reason,
-            cause: cause
-                .map(|c| named("cause", c, LeftCause::from_name))
-                .transpose()?,
-            source,
-        }))
-    }
-
-    /// The node's name.
-    #[getter]
-    fn node(&self) -> &str {
-        &self.0.node
-    }
-
-    /// The mutating operator (`mylib::rms_norm.default`).
-    #[getter]
-    fn op(&self) -> &str {
-        &self.0.op
-    }
-
-    /// `"v1"` (`auto_functionalized`) or `"v2"`.
-    #[getter]
-    fn form(&self) -> &'static str {
-        self.0.form.as_str()
-    }
-
-    /// The rule that read the node, `"none"` when none did.
-    #[getter]
-    fn rule(&self) -> &'static str {
-        self.0.rule
-    }
-
-    /// `"reinplaced"`, `"cloned"` or `"left"`.
-    #[getter]
-    fn action(&self) -> &'static str {
-        self.0.action.as_str()
-    }
-
-    /// Readers moved before the call instead of cloning.
-    #[getter]
-    fn moved(&self) -> Vec<String> {
-        self.0.moved.clone()
-    }
-
-    /// The clones kept.
-    #[getter]
-    fn clones(&self) -> Vec<PyCloneNote> {
-        self.0.clones.iter().cloned().map(PyCloneNote).collect()
-    }
-
-    /// Write-back scatters made unnecessary.
-    #[getter]
-    fn scatters_removed(&self) -> usize {
-        self.0.scatters_removed
-    }
-
-    /// Why the node was left, for `"left"`.
-    #[getter]
-    fn reason(&self) -> Option<&str> {
-        self.0.reason.as_deref()
-    }
-
-    /// The node's own source line, when known.
-    #[getter]
-    fn source(&self) -> Option<&str> {
-        self.0.source.as_deref()
-    }
-
-    /// The kind of reason, for `"left"`.
-    #[getter]
-    fn cause(&self) -> Option<&'static str> {
-        self.0.cause.map(LeftCause::as_str)
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let report = Entry::<NodeReport>::from_arguments("Decision", args, kwargs, |fields| {
+            // Clones given as `CloneNote` objects are read as their fields.
+            let Some(clones) = fields.get_item(NESTED_CLONES)? else {
+                return Ok(());
+            };
+            let as_dicts = clones
+                .try_iter()?
+                .map(|c| {
+                    let c = c?;
+                    match c.cast::<PyCloneNote>() {
+                        Ok(note) => Ok(note.get().0.as_dict(c.py())?.into_any()),
+                        Err(_) => Ok(c),
+                    }
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            fields.set_item(NESTED_CLONES, as_dicts)
+        })?;
+        Ok(Self(Entry::new(report)))
     }
 
     /// A copy with `clones` in place of this decision's (the pass adds
     /// what only the live graph knows to them).
-    fn with_clones(&self, clones: Vec<PyCloneNote>) -> Self {
-        Self(NodeReport {
-            clones: clones.into_iter().map(|c| c.0).collect(),
-            ..self.0.clone()
-        })
+    fn with_clones(&self, clones: Vec<PyRef<'_, PyCloneNote>>) -> Self {
+        Self(Entry::new(NodeReport {
+            clones: clones.iter().map(|c| c.0.value.clone()).collect(),
+            ..self.0.value.clone()
+        }))
     }
 
     /// The decision as a JSON-ready dict, every field named, clones as dicts.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        let r = &self.0;
-        d.set_item("node", &r.node)?;
-        d.set_item("op", &r.op)?;
-        d.set_item("form", r.form.as_str())?;
-        d.set_item("rule", r.rule)?;
-        d.set_item("action", r.action.as_str())?;
-        d.set_item("moved", &r.moved)?;
-        let clones = r
-            .clones
-            .iter()
-            .map(|c| PyCloneNote(c.clone()).to_dict(py))
-            .collect::<PyResult<Vec<_>>>()?;
-        d.set_item("clones", clones)?;
-        d.set_item("scatters_removed", r.scatters_removed)?;
-        d.set_item("reason", &r.reason)?;
-        d.set_item("source", &r.source)?;
-        d.set_item("cause", r.cause.map(LeftCause::as_str))?;
-        Ok(d)
+        let dict = self.0.as_dict(py)?;
+        let clones = self.0.value.clones.iter().cloned();
+        let clones = clones.map(|c| Entry::new(c).as_dict(py));
+        dict.set_item(NESTED_CLONES, clones.collect::<PyResult<Vec<_>>>()?)?;
+        Ok(dict)
     }
 
-    fn __repr__(&self) -> String {
-        let r = &self.0;
-        format!(
-            "Decision(node={:?}, op={:?}, form={:?}, action={:?}, clones={}, moved={}, cause={})",
-            r.node,
-            r.op,
-            r.form.as_str(),
-            r.action.as_str(),
-            r.clones.len(),
-            r.moved.len(),
-            repr_of(r.cause.map(LeftCause::as_str))
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Entry::<NodeReport>::repr("Decision", |name| self.field(py, name))
     }
 
     /// Pickles as its constructor's arguments.
@@ -350,47 +288,73 @@ impl PyDecision {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let r = &slf.get().0;
-        let clones = r.clones.iter().cloned().map(PyCloneNote);
-        let args = PyTuple::new(
-            py,
-            [
-                r.node.as_str().into_pyobject(py)?.into_any(),
-                r.op.as_str().into_pyobject(py)?.into_any(),
-                r.form.as_str().into_pyobject(py)?.into_any(),
-                r.rule.into_pyobject(py)?.into_any(),
-                r.action.as_str().into_pyobject(py)?.into_any(),
-                r.moved.clone().into_pyobject(py)?.into_any(),
-                clones.collect::<Vec<_>>().into_pyobject(py)?.into_any(),
-                r.scatters_removed.into_pyobject(py)?.into_any(),
-                r.reason.as_deref().into_pyobject(py)?.into_any(),
-                r.source.as_deref().into_pyobject(py)?.into_any(),
-                r.cause.map(LeftCause::as_str).into_pyobject(py)?.into_any(),
-            ],
-        )?;
+        let args = Entry::<NodeReport>::arguments(py, |name| slf.get().field(py, name))?;
         Ok((slf.get_type(), args))
     }
 }
 
 /// The engine's report of a plan as the keywords of
-/// `fxrewrite.report.Report` (`nodes`, `decisions`, `writebacks_removed`,
-/// `realized`), the decisions as [`PyDecision`]s in graph order.
+/// `fxrewrite.report.Report`: its serde fields in order, the decisions as
+/// [`PyDecision`]s in graph order.
 pub(super) fn report_fields<'py>(
     py: Python<'py>,
     report: &crate::plan::Report,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("nodes", report.nodes)?;
-    let decisions: Vec<PyDecision> = report.decisions.iter().cloned().map(PyDecision).collect();
-    d.set_item("decisions", decisions)?;
-    d.set_item("writebacks_removed", report.writebacks_removed)?;
-    d.set_item("realized", report.realized)?;
-    Ok(d)
+    const DECISIONS: &str = "decisions";
+    let dict = PyDict::new(py);
+    for &name in serde_introspect::<crate::plan::Report>() {
+        if name == DECISIONS {
+            // As objects, each field converted only when read.
+            let decisions = report.decisions.iter().cloned();
+            let decisions = decisions.map(|d| PyDecision(Entry::new(d)));
+            dict.set_item(name, decisions.collect::<Vec<_>>())?;
+        } else {
+            let value =
+                field_of(py, report, name).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            dict.set_item(name, value)?;
+        }
+    }
+    Ok(dict)
+}
+
+/// Adds one read-only attribute per field of `T` to the class `C`, reading
+/// it through `field`, and `__match_args__` in field order.
+fn add_fields<C, T>(
+    m: &Bound<'_, PyModule>,
+    field: fn(&C, Python<'_>, &str) -> PyResult<Py<PyAny>>,
+) -> PyResult<()>
+where
+    C: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+    T: Serialize + DeserializeOwned,
+{
+    let py = m.py();
+    let class = py.get_type::<C>();
+    let property = py.import("builtins")?.getattr("property")?;
+    for &name in Entry::<T>::names() {
+        let read = PyCFunction::new_closure(
+            py,
+            None,
+            None,
+            move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| {
+                let slf = args.get_item(0)?;
+                let entry = slf.cast::<C>()?;
+                field(entry.get(), args.py(), name)
+            },
+        )?;
+        class.setattr(name, property.call1((read,))?)?;
+    }
+    let names = Entry::<T>::names().iter().map(|n| PyString::new(py, n));
+    class.setattr("__match_args__", PyTuple::new(py, names)?)?;
+    Ok(())
 }
 
 /// Registers the report classes on the module.
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCloneNote>()?;
     m.add_class::<PyDecision>()?;
+    add_fields::<PyCloneNote, CloneNote>(m, |note, py, name| Ok(note.field(py, name)?.unbind()))?;
+    add_fields::<PyDecision, NodeReport>(m, |decision, py, name| {
+        Ok(decision.field(py, name)?.unbind())
+    })?;
     Ok(())
 }
