@@ -5,10 +5,14 @@
 //! report is written once, in [`CloneReason::note`].
 //!
 //! Two kinds of check: those on one buffer, whatever the later readers
-//! ([`Context::buffer_reason`] lists them), and those on the buffers of one
+//! ([`Model::buffer_reason`] lists them), and those on the buffers of one
 //! storage class that the call writes in place together (graph inputs, the
 //! input's write-back, readers of the old value), run by
 //! `Context::decide_class` in `mutation.rs`.
+//!
+//! Every check is a method of [`Model`], the walk's knowledge read-only
+//! (the graph as it arrives and the model of the rewritten program): a
+//! check cannot change what the next check reads.
 
 use std::collections::BTreeSet;
 
@@ -21,9 +25,9 @@ use crate::ir::{NodeId, OpCode};
 use super::clone_reason::CloneReason;
 use super::sharing::Sharing;
 use super::storage::structural_root;
-use super::{writeback, Context, Facts};
+use super::{writeback, Facts, Model};
 
-impl Context<'_> {
+impl Model<'_, '_> {
     /// Why buffer `b` of `call` must be a copy whatever the later readers:
     /// the first of the checks on one buffer that gives a reason, in this
     /// order.
@@ -167,7 +171,7 @@ impl Context<'_> {
     /// Nodes of the write-back `chain` are no readers (they go), nor are
     /// readers after input `cut`'s write-back.
     pub(super) fn readers_to_move(
-        &mut self,
+        &self,
         call: &MutationCall,
         root: usize,
         active: &[usize],
@@ -206,7 +210,7 @@ impl Facts<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nid;
+    use super::super::{nid, Context};
     use super::*;
     use crate::analysis::test_graph::{add, add_, copy_, expand, n, neg, slice_scatter, B};
     use crate::forms::FormCall;
@@ -245,7 +249,7 @@ mod tests {
         let g = b.output(&[af]);
         let (cx, call) = at_call(&g, af);
         assert_eq!(
-            cx.written_view_may_overlap(&call, 0),
+            cx.model().written_view_may_overlap(&call, 0),
             Some(CloneReason::OverlappingView)
         );
         let mut b = B::new();
@@ -254,7 +258,7 @@ mod tests {
         let af = b.scale_v2("af", t);
         let g = b.output(&[af]);
         let (cx, call) = at_call(&g, af);
-        assert_eq!(cx.written_view_may_overlap(&call, 0), None);
+        assert_eq!(cx.model().written_view_may_overlap(&call, 0), None);
     }
 
     #[test]
@@ -302,7 +306,7 @@ mod tests {
         let (g, af, [s, x, copy, r]) = scatter_of_written_back_input(true);
         let (cx, call) = at_call(&g, af);
         assert_eq!(
-            cx.scatter_into_overwritten_input(&call, 0),
+            cx.model().scatter_into_overwritten_input(&call, 0),
             Some(CloneReason::ScatterIntoOverwrittenInput {
                 scatter: s,
                 input: x,
@@ -312,7 +316,7 @@ mod tests {
         );
         let (g, af, _) = scatter_of_written_back_input(false);
         let (cx, call) = at_call(&g, af);
-        assert_eq!(cx.scatter_into_overwritten_input(&call, 0), None);
+        assert_eq!(cx.model().scatter_into_overwritten_input(&call, 0), None);
     }
 
     #[test]
@@ -328,20 +332,23 @@ mod tests {
         let g = b.output(&[copy, on_y]);
         let (mut cx, call) = at_call(&g, on_x);
         let root = class_of(&mut cx, &call);
-        assert_eq!(cx.input_must_not_change(root, on_x), None);
-        assert_eq!(cx.write_back_cut(root, on_x), Some((x, cx.pos.of(copy))));
+        assert_eq!(cx.model().input_must_not_change(root, on_x), None);
+        assert_eq!(
+            cx.model().write_back_cut(root, on_x),
+            Some((x, cx.pos.of(copy)))
+        );
         let (mut cx, call) = at_call(&g, on_y);
         let root = class_of(&mut cx, &call);
         assert_eq!(
-            cx.input_must_not_change(root, on_y),
+            cx.model().input_must_not_change(root, on_y),
             Some(CloneReason::InputNotWrittenBack { input: y })
         );
-        assert_eq!(cx.write_back_cut(root, on_y), None);
+        assert_eq!(cx.model().write_back_cut(root, on_y), None);
         // Two inputs in one class.
         cx.classes.union(x, y);
         let root = class_of(&mut cx, &call);
         assert_eq!(
-            cx.input_must_not_change(root, on_y),
+            cx.model().input_must_not_change(root, on_y),
             Some(CloneReason::AliasesSeveralInputs)
         );
         // A fresh buffer holds no input.
@@ -352,7 +359,7 @@ mod tests {
         let g = b.output(&[af]);
         let (mut cx, call) = at_call(&g, af);
         let root = class_of(&mut cx, &call);
-        assert_eq!(cx.input_must_not_change(root, af), None);
+        assert_eq!(cx.model().input_must_not_change(root, af), None);
     }
 
     /// `x` written in place and written back with the call's result, then
@@ -375,17 +382,20 @@ mod tests {
         let (g, af, x, r) = read_after_copy(true);
         let (mut cx, call) = at_call(&g, af);
         let root = class_of(&mut cx, &call);
-        let cut = cx.write_back_cut(root, af).unwrap();
+        let cut = cx.model().write_back_cut(root, af).unwrap();
         assert_eq!(cut.0, x);
         assert_eq!(
-            cx.read_after_write_back(&call, &[0], cut, None),
+            cx.model().read_after_write_back(&call, &[0], cut, None),
             Some(CloneReason::ReadAfterWriteBack { reader: r })
         );
         let (g, af, _, _) = read_after_copy(false);
         let (mut cx, call) = at_call(&g, af);
         let root = class_of(&mut cx, &call);
-        let cut = cx.write_back_cut(root, af).unwrap();
-        assert_eq!(cx.read_after_write_back(&call, &[0], cut, None), None);
+        let cut = cx.model().write_back_cut(root, af).unwrap();
+        assert_eq!(
+            cx.model().read_after_write_back(&call, &[0], cut, None),
+            None
+        );
     }
 
     #[test]
@@ -401,7 +411,7 @@ mod tests {
             let g = b.output(&[r, nt]);
             let (mut cx, call) = at_call(&g, af);
             let root = class_of(&mut cx, &call);
-            (cx.readers_to_move(&call, root, &[0], None, None), r)
+            (cx.model().readers_to_move(&call, root, &[0], None, None), r)
         };
         let (moves, r) = plan(false);
         assert_eq!(moves, Ok(BTreeSet::from([r])));

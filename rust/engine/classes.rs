@@ -84,17 +84,15 @@ impl StorageClasses {
         self.members[root].push(n);
     }
 
-    /// Takes the members of the class rooted at `root` out, to be filtered
-    /// and put back with [`Self::put_members`] (a check reads the rest of
-    /// the engine's state meanwhile).
-    pub(super) fn take_members(&mut self, root: usize) -> Vec<NodeId> {
-        std::mem::take(&mut self.members[root])
+    /// The members of the class rooted at `root`: its nodes still read
+    /// later, as far as [`Self::retain_members`] has pruned them.
+    pub(super) fn members(&self, root: usize) -> &[NodeId] {
+        &self.members[root]
     }
 
-    /// Puts back the members taken by [`Self::take_members`], those still
-    /// read later.
-    pub(super) fn put_members(&mut self, root: usize, members: Vec<NodeId>) {
-        self.members[root] = members;
+    /// Keeps the members of the class rooted at `root` that `keep` accepts.
+    pub(super) fn retain_members(&mut self, root: usize, keep: impl FnMut(&NodeId) -> bool) {
+        self.members[root].retain(keep);
     }
 
     /// The graph inputs in the class rooted at `root`.

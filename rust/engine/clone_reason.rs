@@ -20,7 +20,7 @@ pub(super) enum CloneReason {
     /// The buffer is the result of an operator Inductor's reinplace pass
     /// later makes write graph input `input` in place, and the graph's
     /// write-back `copy` then overwrites that input before `reader` reads
-    /// the buffer ([`super::Context::scatter_into_overwritten_input`]).
+    /// the buffer ([`super::Model::scatter_into_overwritten_input`]).
     ScatterIntoOverwrittenInput {
         scatter: NodeId,
         input: NodeId,

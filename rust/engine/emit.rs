@@ -96,7 +96,7 @@ impl Context<'_> {
             .iter()
             .map(|(name, kwarg_only, a)| {
                 let pa = match a {
-                    CallArg::Kwarg(k) => self.read_arg(call, k, read_val),
+                    CallArg::Kwarg(k) => self.model().read_arg(call, k, read_val),
                     CallArg::Written(w) => PlanArg::Ref(arg_val[*w]),
                     CallArg::WrittenList(items) => PlanArg::List(
                         items

@@ -12,14 +12,30 @@ use crate::forms::call::{MutationCall, ViewOfBuffer, WrittenArg};
 use crate::ir::{NodeId, OpCode, TargetKind};
 
 use super::storage::structural_root;
-use super::{Context, Facts, MAX_MOVED};
+use super::{Context, Facts, Model, MAX_MOVED};
 
 impl Context<'_> {
+    /// Drops the members of class `root` whose last reader is at or before
+    /// `af`, for good: later calls are further down the graph.
+    pub(super) fn drop_dead_members(&mut self, root: usize, af: NodeId) {
+        let p = self.pos.of(af);
+        let last_read = &self.facts.last_read;
+        self.classes
+            .retain_members(root, |m| read_after(last_read, *m, p));
+    }
+}
+
+/// True when the last reader of `m` comes after position `p`.
+fn read_after(last_read: &[Option<u32>], m: NodeId, p: i64) -> bool {
+    matches!(last_read[m.idx()], Some(lr) if 2 * i64::from(lr) > p)
+}
+
+impl Model<'_, '_> {
     /// Readers after position `p` of versions of class `root` older than the
-    /// call being planned. Members whose last reader is already behind `p`
-    /// are dropped for good: later calls are further down the graph.
+    /// call being planned, among its members still read after the call
+    /// (`Context::drop_dead_members` has dropped the others).
     pub(super) fn hazards(
-        &mut self,
+        &self,
         root: usize,
         af: NodeId,
         excluded: &HashSet<NodeId>,
@@ -27,20 +43,15 @@ impl Context<'_> {
         written: Option<&[Geometry]>,
     ) -> Vec<(NodeId, NodeId)> {
         let p = self.pos.of(af);
-        let members = self.classes.take_members(root);
-        let mut kept = Vec::with_capacity(members.len());
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
-        for m in members {
-            match self.facts.last_read[m.idx()] {
-                Some(lr) if 2 * i64::from(lr) > p => {}
-                _ => continue,
+        for &m in self.classes.members(root) {
+            if !read_after(&self.facts.last_read, m, p) {
+                continue;
             }
-            kept.push(m);
             let in_input_family = cut.is_some_and(|(input, _)| {
                 structural_root(&self.facts.roles, m) == input && self.versions.is_first(m)
             });
             let pos = &self.pos;
-            let this = &*self;
             for_each_reader(&self.facts.roles, &self.facts.uses, m, &mut |r, via| {
                 // Readers after the write-back see the final value anyway; the
                 // write-back itself reads its source and counts.
@@ -54,7 +65,7 @@ impl Context<'_> {
                     // A reader of a part of the buffer the call does not
                     // write (the `v` of a split qkv) sees no change.
                     let untouched = written.is_some_and(|ws| {
-                        let g = this.view_geometry(via, p);
+                        let g = self.view_geometry(via, p);
                         ws.iter().all(|w| w.provably_disjoint(&g))
                     });
                     if !untouched {
@@ -64,7 +75,6 @@ impl Context<'_> {
                 true
             });
         }
-        self.classes.put_members(root, kept);
         found
     }
 
@@ -327,17 +337,17 @@ mod tests {
         let nt = b.getitem("nt", af, 1);
         let g = b.output(&[s, w, nt]);
         let cx = Context::new(&g);
-        assert!(cx.movable(t) && cx.movable(s));
-        assert!(!cx.movable(x), "an input");
-        assert!(!cx.movable(w), "an in-place operator");
+        assert!(cx.model().movable(t) && cx.model().movable(s));
+        assert!(!cx.model().movable(x), "an input");
+        assert!(!cx.model().movable(w), "an in-place operator");
         assert!(
-            !cx.movable(af) && !cx.movable(nt),
+            !cx.model().movable(af) && !cx.model().movable(nt),
             "the call and its results"
         );
         // A reader's closure stops at what is already before the call, and
         // fails on the call's own results.
         let mut set = BTreeSet::new();
-        assert!(cx.closure(t, af, &mut set) && set.is_empty());
-        assert!(!cx.closure(nt, af, &mut set));
+        assert!(cx.model().closure(t, af, &mut set) && set.is_empty());
+        assert!(!cx.model().closure(nt, af, &mut set));
     }
 }

@@ -8,7 +8,7 @@ use crate::analysis::alias::Role;
 use crate::ir::{Dim, Graph, NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 
-use super::{Context, Facts};
+use super::{Context, Facts, Model};
 
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
@@ -41,7 +41,7 @@ pub(super) enum CloneLayout {
 pub(super) enum NoLayout {
     /// The node has no tensor metadata.
     NoMetadata,
-    /// Its storage offset is symbolic (or, for [`Context::clone_source`],
+    /// Its storage offset is symbolic (or, for [`Model::clone_source`],
     /// not its own to read): a view may still be cloned through its source.
     SymbolicOffset,
 }
@@ -78,7 +78,7 @@ pub(super) fn clone_layout(graph: &Graph, n: NodeId) -> std::result::Result<Clon
 }
 
 /// The reason [`NoLayout::SymbolicOffset`] gives, which the reasons of
-/// [`Context::clone_source`] for such a view begin with.
+/// [`Model::clone_source`] for such a view begin with.
 const SYMBOLIC_OFFSET: &str = "its storage offset is symbolic";
 /// A view of a node the plan replaced: its metadata describes the replaced
 /// value's layout, not the memory it now views.
@@ -139,6 +139,147 @@ pub(super) struct CloneSource {
 }
 
 impl Context<'_> {
+    /// Emits a copy of `base` (the value of `node`) with exactly its size,
+    /// stride and storage offset, as torch's `clone_preserve_strides` does:
+    /// the storage is copied as a flat 1-d buffer and viewed back with the
+    /// original layout. A plain `clone` is not enough: Inductor picks the
+    /// clone's strides itself (any stride for a size-1 dimension), and real
+    /// kernels read raw strides. Symbolic sizes and strides are read at run
+    /// time with `sym_size` / `sym_stride`; a symbolic storage offset is
+    /// reached by copying a view source of `node` and applying the view
+    /// nodes again: `source` is [`Model::clone_source`] of `node`, which
+    /// the unit's recipe holds (no clone is emitted without one).
+    pub(super) fn exact_clone(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        source: &CloneSource,
+    ) -> NewId {
+        let CloneSource {
+            anchor,
+            layout,
+            chain,
+        } = source.clone();
+        let base = if chain.is_empty() {
+            base
+        } else {
+            self.plan.resolve(anchor)
+        };
+        let (size, stride, offset, needed) = match layout {
+            CloneLayout::Static {
+                size,
+                stride,
+                offset,
+            } => {
+                let needed = required_storage(&size, &stride, offset);
+                (
+                    PlanArg::IntList(size),
+                    PlanArg::IntList(stride),
+                    PlanArg::Int(offset),
+                    PlanArg::Int(needed),
+                )
+            }
+            CloneLayout::Symbolic {
+                size,
+                stride,
+                offset,
+            } => self.symbolic_layout(af, base, &size, &stride, offset),
+        };
+        let copy = self.plan.flat_copy(af, base, needed);
+        let mut out = self.plan.insert(
+            af,
+            Callee::Aten("aten::as_strided.default"),
+            vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
+            vec![],
+            MetaSource::Compute,
+        );
+        for (callee, rest, kwargs) in chain {
+            let mut args = vec![PlanArg::Ref(ValueRef::New(out))];
+            args.extend(rest);
+            out = self
+                .plan
+                .insert(af, callee, args, kwargs, MetaSource::Compute);
+        }
+        out
+    }
+
+    /// Sizes, strides, storage offset and required storage length of `base`
+    /// as run-time values: a number for each static dimension, `sym_size` /
+    /// `sym_stride` for each symbolic one, and the
+    /// `offset + 1 + sum((size - 1) * stride)` of
+    /// `torch._prims_common.compute_required_storage_length`, with its
+    /// static terms summed here. Symbolic dimensions are at least 2 under
+    /// Inductor's shape environment, so the zero-size case of that function
+    /// arises only for a static size 0.
+    pub(super) fn symbolic_layout(
+        &mut self,
+        af: NodeId,
+        base: ValueRef,
+        size: &[Dim],
+        stride: &[Dim],
+        offset: i64,
+    ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
+        let mut sizes = Vec::new();
+        let mut strides = Vec::new();
+        let mut known = offset + 1;
+        let mut needed: Option<PlanArg> = None;
+        let mut empty = false;
+        for (d, (sz, st)) in (0_i64..).zip(size.iter().zip(stride)) {
+            let query = |cx: &mut Self, dim: &Dim, op: &'static str| match dim {
+                Dim::Static(v) => PlanArg::Int(*v),
+                Dim::Symbolic(_) => PlanArg::Ref(ValueRef::New(cx.plan.insert(
+                    af,
+                    Callee::Aten(op),
+                    vec![PlanArg::Ref(base), PlanArg::Int(d)],
+                    vec![],
+                    MetaSource::Compute,
+                ))),
+            };
+            let size_arg = query(self, sz, "aten::sym_size.int");
+            let stride_arg = query(self, st, "aten::sym_stride.int");
+            match (sz.as_static(), st.as_static()) {
+                (Some(0), _) => empty = true,
+                // A size-1 dimension or a stride-0 one adds nothing.
+                (Some(1), _) | (_, Some(0)) => {}
+                (Some(s), Some(t)) => known += (s - 1) * t,
+                _ => {
+                    let last = self.arith(af, "sub", size_arg.clone(), PlanArg::Int(1));
+                    let extent = self.arith(af, "mul", last, stride_arg.clone());
+                    needed = Some(match needed {
+                        None => extent,
+                        Some(sum) => self.arith(af, "add", sum, extent),
+                    });
+                }
+            }
+            sizes.push(size_arg);
+            strides.push(stride_arg);
+        }
+        let needed = match (empty, needed) {
+            (true, _) => PlanArg::Int(0),
+            (false, None) => PlanArg::Int(known),
+            (false, Some(sum)) => self.arith(af, "add", sum, PlanArg::Int(known)),
+        };
+        (
+            PlanArg::List(sizes),
+            PlanArg::List(strides),
+            PlanArg::Int(offset),
+            needed,
+        )
+    }
+
+    /// `a op b` on run-time integers (`operator.add` and its kin).
+    fn arith(&mut self, af: NodeId, op: &'static str, a: PlanArg, b: PlanArg) -> PlanArg {
+        PlanArg::Ref(ValueRef::New(self.plan.insert(
+            af,
+            Callee::Operator(op),
+            vec![a, b],
+            vec![],
+            MetaSource::Compute,
+        )))
+    }
+}
+
+impl Model<'_, '_> {
     /// How to clone `n` with its exact layout, or why it cannot be. A view
     /// whose storage offset is symbolic is cloned through the nearest view
     /// source whose offset is static: that source's memory is copied with
@@ -289,145 +430,6 @@ impl Context<'_> {
             ),
             _ => return None,
         })
-    }
-
-    /// Emits a copy of `base` (the value of `node`) with exactly its size,
-    /// stride and storage offset, as torch's `clone_preserve_strides` does:
-    /// the storage is copied as a flat 1-d buffer and viewed back with the
-    /// original layout. A plain `clone` is not enough: Inductor picks the
-    /// clone's strides itself (any stride for a size-1 dimension), and real
-    /// kernels read raw strides. Symbolic sizes and strides are read at run
-    /// time with `sym_size` / `sym_stride`; a symbolic storage offset is
-    /// reached by copying a view source of `node` and applying the view
-    /// nodes again: `source` is [`Context::clone_source`] of `node`, which
-    /// the unit's recipe holds (no clone is emitted without one).
-    pub(super) fn exact_clone(
-        &mut self,
-        af: NodeId,
-        base: ValueRef,
-        source: &CloneSource,
-    ) -> NewId {
-        let CloneSource {
-            anchor,
-            layout,
-            chain,
-        } = source.clone();
-        let base = if chain.is_empty() {
-            base
-        } else {
-            self.plan.resolve(anchor)
-        };
-        let (size, stride, offset, needed) = match layout {
-            CloneLayout::Static {
-                size,
-                stride,
-                offset,
-            } => {
-                let needed = required_storage(&size, &stride, offset);
-                (
-                    PlanArg::IntList(size),
-                    PlanArg::IntList(stride),
-                    PlanArg::Int(offset),
-                    PlanArg::Int(needed),
-                )
-            }
-            CloneLayout::Symbolic {
-                size,
-                stride,
-                offset,
-            } => self.symbolic_layout(af, base, &size, &stride, offset),
-        };
-        let copy = self.plan.flat_copy(af, base, needed);
-        let mut out = self.plan.insert(
-            af,
-            Callee::Aten("aten::as_strided.default"),
-            vec![PlanArg::Ref(ValueRef::New(copy)), size, stride, offset],
-            vec![],
-            MetaSource::Compute,
-        );
-        for (callee, rest, kwargs) in chain {
-            let mut args = vec![PlanArg::Ref(ValueRef::New(out))];
-            args.extend(rest);
-            out = self
-                .plan
-                .insert(af, callee, args, kwargs, MetaSource::Compute);
-        }
-        out
-    }
-
-    /// Sizes, strides, storage offset and required storage length of `base`
-    /// as run-time values: a number for each static dimension, `sym_size` /
-    /// `sym_stride` for each symbolic one, and the
-    /// `offset + 1 + sum((size - 1) * stride)` of
-    /// `torch._prims_common.compute_required_storage_length`, with its
-    /// static terms summed here. Symbolic dimensions are at least 2 under
-    /// Inductor's shape environment, so the zero-size case of that function
-    /// arises only for a static size 0.
-    pub(super) fn symbolic_layout(
-        &mut self,
-        af: NodeId,
-        base: ValueRef,
-        size: &[Dim],
-        stride: &[Dim],
-        offset: i64,
-    ) -> (PlanArg, PlanArg, PlanArg, PlanArg) {
-        let mut sizes = Vec::new();
-        let mut strides = Vec::new();
-        let mut known = offset + 1;
-        let mut needed: Option<PlanArg> = None;
-        let mut empty = false;
-        for (d, (sz, st)) in (0_i64..).zip(size.iter().zip(stride)) {
-            let query = |cx: &mut Self, dim: &Dim, op: &'static str| match dim {
-                Dim::Static(v) => PlanArg::Int(*v),
-                Dim::Symbolic(_) => PlanArg::Ref(ValueRef::New(cx.plan.insert(
-                    af,
-                    Callee::Aten(op),
-                    vec![PlanArg::Ref(base), PlanArg::Int(d)],
-                    vec![],
-                    MetaSource::Compute,
-                ))),
-            };
-            let size_arg = query(self, sz, "aten::sym_size.int");
-            let stride_arg = query(self, st, "aten::sym_stride.int");
-            match (sz.as_static(), st.as_static()) {
-                (Some(0), _) => empty = true,
-                // A size-1 dimension or a stride-0 one adds nothing.
-                (Some(1), _) | (_, Some(0)) => {}
-                (Some(s), Some(t)) => known += (s - 1) * t,
-                _ => {
-                    let last = self.arith(af, "sub", size_arg.clone(), PlanArg::Int(1));
-                    let extent = self.arith(af, "mul", last, stride_arg.clone());
-                    needed = Some(match needed {
-                        None => extent,
-                        Some(sum) => self.arith(af, "add", sum, extent),
-                    });
-                }
-            }
-            sizes.push(size_arg);
-            strides.push(stride_arg);
-        }
-        let needed = match (empty, needed) {
-            (true, _) => PlanArg::Int(0),
-            (false, None) => PlanArg::Int(known),
-            (false, Some(sum)) => self.arith(af, "add", sum, PlanArg::Int(known)),
-        };
-        (
-            PlanArg::List(sizes),
-            PlanArg::List(strides),
-            PlanArg::Int(offset),
-            needed,
-        )
-    }
-
-    /// `a op b` on run-time integers (`operator.add` and its kin).
-    fn arith(&mut self, af: NodeId, op: &'static str, a: PlanArg, b: PlanArg) -> PlanArg {
-        PlanArg::Ref(ValueRef::New(self.plan.insert(
-            af,
-            Callee::Operator(op),
-            vec![a, b],
-            vec![],
-            MetaSource::Compute,
-        )))
     }
 }
 

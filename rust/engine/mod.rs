@@ -173,6 +173,25 @@ pub struct Context<'g> {
     in_place: InPlaceWrites,
 }
 
+/// What the walk knows, read-only: the [`Facts`] of the graph as it arrives
+/// and the model of the rewritten program so far (positions, storage
+/// classes, versions, view links, what planned results stand for, the plan's
+/// replacements and in-place writes). Every check and every question about
+/// hazards, layouts and views is a method of it, as `can_inplace(node,
+/// mutated_arg)` is a function in torch's `reinplace.py`; only the steps
+/// that change the model or the plan are [`Context`]'s.
+#[derive(Clone, Copy)]
+struct Model<'m, 'g> {
+    facts: &'m Facts<'g>,
+    pos: &'m Positions,
+    classes: &'m StorageClasses,
+    versions: &'m Versions,
+    links: &'m Links,
+    bindings: &'m Bindings,
+    plan: &'m PlanBuilder,
+    in_place: &'m InPlaceWrites,
+}
+
 /// Plans the rewrite of every auto_functionalized node of `graph`.
 ///
 /// # Errors
@@ -231,6 +250,20 @@ impl<'g> Context<'g> {
     #[must_use]
     pub fn graph(&self) -> &'g Graph {
         self.facts.graph
+    }
+
+    /// The walk's knowledge so far, to read.
+    fn model(&self) -> Model<'_, 'g> {
+        Model {
+            facts: &self.facts,
+            pos: &self.pos,
+            classes: &self.classes,
+            versions: &self.versions,
+            links: &self.links,
+            bindings: &self.bindings,
+            plan: &self.plan,
+            in_place: &self.in_place,
+        }
     }
 
     fn finish(self) -> Plan {

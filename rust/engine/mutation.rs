@@ -33,7 +33,7 @@ use super::clone_reason::CloneReason;
 use super::journal::Checkpoint;
 use super::sharing::{clone_whole_units, Sharing};
 use super::unit_clone::UnitRecipe;
-use super::{writeback, Context, Facts, LeftReason, Outcome};
+use super::{writeback, Context, Facts, LeftReason, Model, Outcome};
 
 /// Where the journaled walk state (positions and links) stood when a call,
 /// or one storage class of it, began to be decided: closed by
@@ -98,7 +98,7 @@ impl Context<'_> {
         let mark = self.mark();
         let mut needs = InPlaceNeeds::default();
         let clone = self.decide_clones(call, &sharing, &mut needs);
-        let recipes = match self.unit_recipes(call, &sharing, &clone) {
+        let recipes = match self.model().unit_recipes(call, &sharing, &clone) {
             Ok(recipes) => recipes,
             Err(reason) => {
                 // Nothing is emitted for a node left alone.
@@ -120,7 +120,7 @@ impl Context<'_> {
     /// Per buffer of `call`, the note of its clone, or `None` when it is
     /// written in place; the moves and write-back chains that writing in
     /// place needs are added to `needs`. Reasons that hold whatever the
-    /// later readers are decided first ([`Self::buffer_reason`]), for whole
+    /// later readers are decided first ([`Model::buffer_reason`]), for whole
     /// units, so that the readers are weighed only for what stays; then the
     /// buffers of each storage class ([`Self::decide_class`]).
     fn decide_clones(
@@ -140,10 +140,12 @@ impl Context<'_> {
         }
         // Buffers the call writes no element of: no reason to clone applies
         // to them (they still bind the call's results).
-        let noop: Vec<bool> = (0..nb).map(|b| self.writes_nothing(call, b)).collect();
+        let noop: Vec<bool> = (0..nb)
+            .map(|b| self.model().writes_nothing(call, b))
+            .collect();
         let mut clone: Vec<Option<CloneReason>> = (0..nb)
             .map(|b| {
-                let reason = (!noop[b]).then(|| self.buffer_reason(call, sharing, b));
+                let reason = (!noop[b]).then(|| self.model().buffer_reason(call, sharing, b));
                 reason.flatten()
             })
             .collect();
@@ -186,22 +188,27 @@ impl Context<'_> {
     ) -> std::result::Result<(), (Vec<usize>, CloneReason)> {
         let af = call.node;
         let active: Vec<usize> = accepted.iter().copied().filter(|&b| !noop[b]).collect();
-        if let Some(reason) = self.input_must_not_change(root, af) {
+        if let Some(reason) = self.model().input_must_not_change(root, af) {
             return Err((active, reason));
         }
-        let cut = self.write_back_cut(root, af);
+        let cut = self.model().write_back_cut(root, af);
         if call.form.writes_views_back_by_scatter() {
             if let Some(chain) = self.scatter_chain(call, accepted, root) {
                 needs.chains.push(chain);
             }
         }
         let chain = needs.chains.first();
-        if let Some(reason) =
-            cut.and_then(|cut| self.read_after_write_back(call, accepted, cut, chain))
-        {
+        if let Some(reason) = cut.and_then(|cut| {
+            self.model()
+                .read_after_write_back(call, accepted, cut, chain)
+        }) {
             return Err((accepted.to_vec(), reason));
         }
+        if !active.is_empty() {
+            self.drop_dead_members(root, af);
+        }
         let moves = self
+            .model()
             .readers_to_move(call, root, &active, cut, chain)
             .map_err(|reason| (active, reason))?;
         for m in moves {
@@ -230,7 +237,9 @@ impl Context<'_> {
         self.pos.rollback(mark.positions);
         self.links.rollback(mark.links);
     }
+}
 
+impl Model<'_, '_> {
     /// How each unit with a clone is copied (by unit), or the reason one
     /// cannot be: a clone must reproduce the exact layout of every value it
     /// stands for, which needs at least the rank and a static storage

@@ -24,7 +24,7 @@ pub(super) struct PlanBuilder {
     replaced: HashMap<NodeId, ValueRef>,
     /// Nodes the plan replaced by an original node, and that node before
     /// its own replacement is followed: its layout is theirs in the
-    /// rewritten program (`Context::layout_source`), also where it was
+    /// rewritten program (`Model::layout_source`), also where it was
     /// itself replaced by a new node of its layout.
     stood_for: HashMap<NodeId, NodeId>,
     /// The report so far.

@@ -10,7 +10,7 @@ use crate::analysis::liveness::reads;
 use crate::ir::{NodeId, OpCode, TargetKind};
 use crate::plan::ValueRef;
 
-use super::{nid, Context, Facts};
+use super::{nid, Context, Facts, Model};
 
 impl Context<'_> {
     /// Marks every node that reads memory an in-place call later writes,
@@ -76,10 +76,12 @@ impl Context<'_> {
                 }
             }
         }
-        marked.extend(self.unrealized_view_sources());
+        marked.extend(self.model().unrealized_view_sources());
         self.plan.realize(marked);
     }
+}
 
+impl Model<'_, '_> {
     /// The computations whose memory an in-place call gets through views
     /// (its written buffers, and read slots sharing them), when they are
     /// nodes Inductor would compute lazily.

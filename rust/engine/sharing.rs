@@ -227,7 +227,8 @@ impl Context<'_> {
         let mut pairs = Vec::new();
         for b in 0..nb {
             for (r, &(_, rn)) in call.read_nodes.iter().enumerate() {
-                if self.classes.find(rn) == roots[b] && !self.read_is_disjoint(call, b, rn) {
+                if self.classes.find(rn) == roots[b] && !self.model().read_is_disjoint(call, b, rn)
+                {
                     pairs.push((Slot::Buffer(b), Slot::Read(r)));
                 }
             }
@@ -235,8 +236,9 @@ impl Context<'_> {
                 if roots[o] == roots[b]
                     && (call.form.buffers_are_bases()
                         || !self
+                            .model()
                             .geometry(call.buffers[o].node)
-                            .provably_disjoint(&self.geometry(call.buffers[b].node)))
+                            .provably_disjoint(&self.model().geometry(call.buffers[b].node)))
                 {
                     pairs.push((Slot::Buffer(o), Slot::Buffer(b)));
                 }

@@ -6,9 +6,9 @@
 use crate::analysis::alias::{Geometry, Role, ViewStep};
 use crate::ir::NodeId;
 
-use super::Context;
+use super::Model;
 
-impl Context<'_> {
+impl Model<'_, '_> {
     /// `n`'s geometry in the rewritten program (`Links::geometry`).
     pub(super) fn geometry(&self, n: NodeId) -> Geometry {
         self.links.geometry(n)
@@ -94,6 +94,7 @@ pub(super) fn structural_root(roles: &[Role], n: NodeId) -> NodeId {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Context;
     use super::*;
     use crate::analysis::test_graph::{expand, ints, meta, n, neg, B};
     use crate::ir::Graph;
@@ -158,15 +159,18 @@ mod tests {
             end,
             step: 1,
         };
-        let geom = cx.geometry(s2);
+        let geom = cx.model().geometry(s2);
         assert_eq!(geom.root, t);
         assert_eq!(geom.steps, [slice(0, 0, 2), slice(1, 4, 8)]);
-        assert!(cx.geometry(t).steps.is_empty());
+        assert!(cx.model().geometry(t).steps.is_empty());
         assert_eq!(structural_root(&cx.facts.roles, s2), t);
         // Before the walk reaches a view, its geometry comes from the chain
         // of view nodes back to a node already placed.
         let fresh = Context::new(&g);
-        assert_eq!(fresh.view_geometry(s2, fresh.pos.of(t)).steps.len(), 2);
+        assert_eq!(
+            fresh.model().view_geometry(s2, fresh.pos.of(t)).steps.len(),
+            2
+        );
     }
 
     #[test]
@@ -179,8 +183,8 @@ mod tests {
         let es = b.slice("es", e, 0, 0, 2);
         let g = b.output(&[es]);
         let cx = walked(&g);
-        assert!(!cx.overlapping_view(s));
-        assert!(cx.overlapping_view(e));
-        assert!(cx.overlapping_view(es));
+        assert!(!cx.model().overlapping_view(s));
+        assert!(cx.model().overlapping_view(e));
+        assert!(cx.model().overlapping_view(es));
     }
 }

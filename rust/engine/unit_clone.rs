@@ -13,7 +13,7 @@ use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 use super::clone_reason::CloneReason;
 use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
 use super::sharing::Sharing;
-use super::{Context, Facts};
+use super::{Context, Facts, Model};
 
 /// What [`Context::emit_buffers`] gives the call: per buffer its value, per
 /// read slot the value made again from a copy (if any), and per cloned unit
@@ -52,6 +52,164 @@ pub(super) enum UnitRecipe {
 }
 
 impl Context<'_> {
+    /// Emits the copy of `recipe` before `af`; returns each member's value
+    /// made from it.
+    pub(super) fn emit_unit_clone(
+        &mut self,
+        af: NodeId,
+        recipe: &UnitRecipe,
+    ) -> Vec<(NodeId, ValueRef)> {
+        match recipe {
+            UnitRecipe::Single { node, source } => {
+                let base = self.plan.resolve(*node);
+                vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
+            }
+            UnitRecipe::FreshClone { node } => {
+                let base = self.plan.resolve(*node);
+                let copy = self.plan.insert(
+                    af,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(base)],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                // A plain clone is a lazy value to Inductor, and the call may
+                // get it in several slots (`two_(t, t, x)` where `t` was a
+                // clone): Inductor, given one lazy value in two written
+                // slots, computes it into two buffers, and the call writes
+                // two memories where eager's wrote one. Realized where it
+                // stands, it is one buffer every slot views. (An exact clone
+                // needs no mark: its `as_strided` realizes the copy.)
+                self.plan.realize_new(copy);
+                vec![(*node, ValueRef::New(copy))]
+            }
+            UnitRecipe::Ancestor {
+                anchor,
+                source,
+                paths,
+            } => {
+                let base = self.plan.resolve(*anchor);
+                let copy = ValueRef::New(self.exact_clone(af, base, source));
+                let mut out = Vec::new();
+                for (m, replays) in paths {
+                    let mut v = copy;
+                    for (callee, rest, kwargs) in replays.clone() {
+                        let mut args = vec![PlanArg::Ref(v)];
+                        args.extend(rest);
+                        v = ValueRef::New(self.plan.insert(
+                            af,
+                            callee,
+                            args,
+                            kwargs,
+                            MetaSource::Compute,
+                        ));
+                    }
+                    out.push((*m, v));
+                }
+                out
+            }
+            UnitRecipe::Flat {
+                source,
+                needed,
+                layouts,
+            } => {
+                let source = self.plan.resolve(*source);
+                let copy = self.plan.flat_copy(af, source, PlanArg::Int(*needed));
+                layouts
+                    .iter()
+                    .map(|(m, size, stride, offset)| {
+                        let v = self.plan.insert(
+                            af,
+                            Callee::Aten("aten::as_strided.default"),
+                            vec![
+                                PlanArg::Ref(ValueRef::New(copy)),
+                                PlanArg::IntList(size.clone()),
+                                PlanArg::IntList(stride.clone()),
+                                PlanArg::Int(*offset),
+                            ],
+                            vec![],
+                            MetaSource::Compute,
+                        );
+                        (*m, ValueRef::New(v))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The values the call gets for its buffers (the real memory, or a
+    /// unit's copy) and for the read slots made again from a copy, and the
+    /// bytes each unit's copy moves.
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] when a cloned buffer's unit has no recipe,
+    /// or its copy makes no value for one of the unit's buffers: the call
+    /// would otherwise write the real buffer it was to spare.
+    pub(super) fn emit_buffers(
+        &mut self,
+        call: &MutationCall,
+        sharing: &Sharing,
+        clone: &[Option<CloneReason>],
+        recipes: &[(usize, UnitRecipe)],
+    ) -> Result<EmittedBuffers> {
+        let nb = call.buffers.len();
+        let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
+        let mut read_val: Vec<Option<ValueRef>> = vec![None; call.read_nodes.len()];
+        let mut unit_bytes = Vec::new();
+        for b in 0..nb {
+            if clone[b].is_none() {
+                buf_val[b] = Some(self.plan.resolve(call.buffers[b].node));
+                continue;
+            }
+            if buf_val[b].is_some() {
+                continue;
+            }
+            let u = sharing.unit_of_buffer[b];
+            let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
+                return Err(self.facts.unmade(
+                    call,
+                    &call.buffers[b].label,
+                    "its unit has no recipe",
+                ));
+            };
+            unit_bytes.push((u, self.model().recipe_bytes(recipe)));
+            let made = self.emit_unit_clone(call.node, recipe);
+            let value_of = |cx: &Self, n: NodeId| {
+                made.iter()
+                    .find(|(m, _)| cx.plan.resolve(*m) == cx.plan.resolve(n))
+                    .map(|(_, v)| *v)
+            };
+            let no_value = "its unit's copy made no value for it";
+            for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
+                let v = value_of(self, call.buffers[o].node);
+                buf_val[o] =
+                    Some(v.ok_or_else(|| {
+                        self.facts.unmade(call, &call.buffers[o].label, no_value)
+                    })?);
+            }
+            for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
+                let v = value_of(self, call.read_nodes[r].1);
+                read_val[r] = Some(
+                    v.ok_or_else(|| self.facts.unmade(call, &call.read_nodes[r].0, no_value))?,
+                );
+            }
+        }
+        // Every buffer is set: written in place, or by its unit's copy.
+        let buf_val = buf_val
+            .into_iter()
+            .enumerate()
+            .map(|(b, v)| {
+                v.ok_or_else(|| {
+                    self.facts
+                        .unmade(call, &call.buffers[b].label, "it got no value")
+                })
+            })
+            .collect::<Result<Vec<ValueRef>>>()?;
+        Ok((buf_val, read_val, unit_bytes))
+    }
+}
+
+impl Model<'_, '_> {
     /// The distinct memories of unit `u` of `call`: its buffers' nodes and
     /// its read slots' nodes, one node per distinct value (two slots holding
     /// one tensor are one member).
@@ -235,162 +393,6 @@ impl Context<'_> {
         }
     }
 
-    /// Emits the copy of `recipe` before `af`; returns each member's value
-    /// made from it.
-    pub(super) fn emit_unit_clone(
-        &mut self,
-        af: NodeId,
-        recipe: &UnitRecipe,
-    ) -> Vec<(NodeId, ValueRef)> {
-        match recipe {
-            UnitRecipe::Single { node, source } => {
-                let base = self.plan.resolve(*node);
-                vec![(*node, ValueRef::New(self.exact_clone(af, base, source)))]
-            }
-            UnitRecipe::FreshClone { node } => {
-                let base = self.plan.resolve(*node);
-                let copy = self.plan.insert(
-                    af,
-                    Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(base)],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                // A plain clone is a lazy value to Inductor, and the call may
-                // get it in several slots (`two_(t, t, x)` where `t` was a
-                // clone): Inductor, given one lazy value in two written
-                // slots, computes it into two buffers, and the call writes
-                // two memories where eager's wrote one. Realized where it
-                // stands, it is one buffer every slot views. (An exact clone
-                // needs no mark: its `as_strided` realizes the copy.)
-                self.plan.realize_new(copy);
-                vec![(*node, ValueRef::New(copy))]
-            }
-            UnitRecipe::Ancestor {
-                anchor,
-                source,
-                paths,
-            } => {
-                let base = self.plan.resolve(*anchor);
-                let copy = ValueRef::New(self.exact_clone(af, base, source));
-                let mut out = Vec::new();
-                for (m, replays) in paths {
-                    let mut v = copy;
-                    for (callee, rest, kwargs) in replays.clone() {
-                        let mut args = vec![PlanArg::Ref(v)];
-                        args.extend(rest);
-                        v = ValueRef::New(self.plan.insert(
-                            af,
-                            callee,
-                            args,
-                            kwargs,
-                            MetaSource::Compute,
-                        ));
-                    }
-                    out.push((*m, v));
-                }
-                out
-            }
-            UnitRecipe::Flat {
-                source,
-                needed,
-                layouts,
-            } => {
-                let source = self.plan.resolve(*source);
-                let copy = self.plan.flat_copy(af, source, PlanArg::Int(*needed));
-                layouts
-                    .iter()
-                    .map(|(m, size, stride, offset)| {
-                        let v = self.plan.insert(
-                            af,
-                            Callee::Aten("aten::as_strided.default"),
-                            vec![
-                                PlanArg::Ref(ValueRef::New(copy)),
-                                PlanArg::IntList(size.clone()),
-                                PlanArg::IntList(stride.clone()),
-                                PlanArg::Int(*offset),
-                            ],
-                            vec![],
-                            MetaSource::Compute,
-                        );
-                        (*m, ValueRef::New(v))
-                    })
-                    .collect()
-            }
-        }
-    }
-
-    /// The values the call gets for its buffers (the real memory, or a
-    /// unit's copy) and for the read slots made again from a copy, and the
-    /// bytes each unit's copy moves.
-    ///
-    /// # Errors
-    /// [`crate::Error::Internal`] when a cloned buffer's unit has no recipe,
-    /// or its copy makes no value for one of the unit's buffers: the call
-    /// would otherwise write the real buffer it was to spare.
-    pub(super) fn emit_buffers(
-        &mut self,
-        call: &MutationCall,
-        sharing: &Sharing,
-        clone: &[Option<CloneReason>],
-        recipes: &[(usize, UnitRecipe)],
-    ) -> Result<EmittedBuffers> {
-        let nb = call.buffers.len();
-        let mut buf_val: Vec<Option<ValueRef>> = vec![None; nb];
-        let mut read_val: Vec<Option<ValueRef>> = vec![None; call.read_nodes.len()];
-        let mut unit_bytes = Vec::new();
-        for b in 0..nb {
-            if clone[b].is_none() {
-                buf_val[b] = Some(self.plan.resolve(call.buffers[b].node));
-                continue;
-            }
-            if buf_val[b].is_some() {
-                continue;
-            }
-            let u = sharing.unit_of_buffer[b];
-            let Some((_, recipe)) = recipes.iter().find(|(ru, _)| *ru == u) else {
-                return Err(self.facts.unmade(
-                    call,
-                    &call.buffers[b].label,
-                    "its unit has no recipe",
-                ));
-            };
-            unit_bytes.push((u, self.recipe_bytes(recipe)));
-            let made = self.emit_unit_clone(call.node, recipe);
-            let value_of = |cx: &Self, n: NodeId| {
-                made.iter()
-                    .find(|(m, _)| cx.plan.resolve(*m) == cx.plan.resolve(n))
-                    .map(|(_, v)| *v)
-            };
-            let no_value = "its unit's copy made no value for it";
-            for o in sharing.unit_buffers(b).collect::<Vec<_>>() {
-                let v = value_of(self, call.buffers[o].node);
-                buf_val[o] =
-                    Some(v.ok_or_else(|| {
-                        self.facts.unmade(call, &call.buffers[o].label, no_value)
-                    })?);
-            }
-            for r in sharing.unit_read_slots(u).collect::<Vec<_>>() {
-                let v = value_of(self, call.read_nodes[r].1);
-                read_val[r] = Some(
-                    v.ok_or_else(|| self.facts.unmade(call, &call.read_nodes[r].0, no_value))?,
-                );
-            }
-        }
-        // Every buffer is set: written in place, or by its unit's copy.
-        let buf_val = buf_val
-            .into_iter()
-            .enumerate()
-            .map(|(b, v)| {
-                v.ok_or_else(|| {
-                    self.facts
-                        .unmade(call, &call.buffers[b].label, "it got no value")
-                })
-            })
-            .collect::<Result<Vec<ValueRef>>>()?;
-        Ok((buf_val, read_val, unit_bytes))
-    }
-
     /// Read argument `key` of the call: passed through, or, where a slot of
     /// it is made again from a unit's copy, rebuilt with that value.
     pub(super) fn read_arg(
@@ -487,10 +489,10 @@ mod tests {
         let x = b.input("x");
         let g = b.output(&[x]);
         let cx = Context::new(&g);
-        let recipe = cx.unit_recipe(&[x]).unwrap();
+        let recipe = cx.model().unit_recipe(&[x]).unwrap();
         assert!(matches!(recipe, UnitRecipe::Single { node, .. } if node == x));
         // A [4, 8] float32 copy.
-        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+        assert_eq!(cx.model().recipe_bytes(&recipe), Some(128));
     }
 
     #[test]
@@ -502,7 +504,7 @@ mod tests {
         let bottom = b.slice("bottom", t, 0, 2, 4);
         let g = b.output(&[top, bottom]);
         let mut cx = Context::new(&g);
-        let recipe = cx.unit_recipe(&[top, bottom]).unwrap();
+        let recipe = cx.model().unit_recipe(&[top, bottom]).unwrap();
         let UnitRecipe::Ancestor { anchor, paths, .. } = &recipe else {
             panic!("one copy of the common source");
         };
@@ -547,7 +549,7 @@ mod tests {
     fn members_on_one_known_storage_are_viewed_from_one_flat_copy() {
         let (g, x, y) = two_inputs(Some(7), Some(7), "float32");
         let cx = Context::new(&g);
-        let recipe = cx.unit_recipe(&[x, y]).unwrap();
+        let recipe = cx.model().unit_recipe(&[x, y]).unwrap();
         let UnitRecipe::Flat {
             source,
             needed,
@@ -558,12 +560,12 @@ mod tests {
         };
         assert_eq!((*source, *needed), (x, 32));
         assert_eq!(layouts.len(), 2);
-        assert_eq!(cx.recipe_bytes(&recipe), Some(128));
+        assert_eq!(cx.model().recipe_bytes(&recipe), Some(128));
     }
 
     #[test]
     fn members_not_known_to_share_one_storage_cannot_be_made_from_one_copy() {
-        let why = |g: &Graph, x, y| Context::new(g).unit_recipe(&[x, y]).err().unwrap();
+        let why = |g: &Graph, x, y| Context::new(g).model().unit_recipe(&[x, y]).err().unwrap();
         let (g, x, y) = two_inputs(None, None, "float32");
         assert_eq!(
             why(&g, x, y),
@@ -603,7 +605,7 @@ mod tests {
     fn slots_holding_one_tensor_are_one_member() {
         on_one_memory_call(|cx, call, sharing, _, t| {
             // `out` and `x` are both `t`.
-            assert_eq!(cx.unit_members(call, sharing, 0), [t]);
+            assert_eq!(cx.model().unit_members(call, sharing, 0), [t]);
         });
     }
 

@@ -242,7 +242,7 @@ mod tests {
         cx.run().unwrap();
         assert_eq!(cx.classes.find(nt), cx.classes.find(t));
         assert!(cx.versions.of(nt) > cx.versions.of(t));
-        assert_eq!(cx.geometry(nt), cx.geometry(t));
+        assert_eq!(cx.model().geometry(nt), cx.model().geometry(t));
         // The call's own slot is not a value: only its getitems are bound.
         assert_ne!(cx.classes.find(af), cx.classes.find(t));
     }

@@ -12,7 +12,7 @@ use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::layout::strided_layout;
-use super::{Context, Facts};
+use super::{Context, Facts, Model};
 
 /// A write-back chain: each scatter, with the base of its chain and whether
 /// it writes back exactly the new values (then it can go).
@@ -72,7 +72,7 @@ impl Context<'_> {
         let mut exact_src: HashSet<NodeId> = HashSet::default();
         let arg_geom: Vec<(usize, Geometry)> = accepted
             .iter()
-            .map(|&b| (b, self.geometry(call.buffers[b].node)))
+            .map(|&b| (b, self.model().geometry(call.buffers[b].node)))
             .collect();
         let mut queue: BTreeSet<NodeId> = BTreeSet::new();
         for &u in self.facts.uses.users(af) {
@@ -97,7 +97,7 @@ impl Context<'_> {
             }
             // The source: a new value, or a view of one taken after the call
             // (`squeeze` undoing the `unsqueeze` of the written argument).
-            let Some(src_geom) = self.geometry_through_views(src, &exact_src) else {
+            let Some(src_geom) = self.model().geometry_through_views(src, &exact_src) else {
                 continue;
             };
             let mut pending = if let Some(p) = pending_of.get(&base) {
@@ -106,14 +106,14 @@ impl Context<'_> {
                 // The base: the buffer's memory before the call, or a view
                 // of it taken after the call (the same `reshape` the written
                 // argument was cut through, made again for the write-back).
-                let anchor = self.view_anchor(base, p)?;
+                let anchor = self.model().view_anchor(base, p)?;
                 if self.classes.find(anchor) != root || self.versions.of(anchor) != latest {
                     return None;
                 }
                 self.link_views_ahead(base, p);
                 accepted.to_vec()
             };
-            if self.geometry(base).then(&step) != src_geom {
+            if self.model().geometry(base).then(&step) != src_geom {
                 return None;
             }
             pending.retain(|b| {
@@ -121,7 +121,7 @@ impl Context<'_> {
                 !g.is_some_and(|g| g.root == src_geom.root && g.steps.starts_with(&src_geom.steps))
             });
             self.links.same_as(sc, base);
-            let geom = self.geometry(sc);
+            let geom = self.model().geometry(sc);
             let exact = pending.iter().all(|b| {
                 arg_geom
                     .iter()
@@ -158,6 +158,85 @@ impl Context<'_> {
         Some(chain)
     }
 
+    /// Gives the views between `n` and its anchor (not walked yet) the
+    /// links the walk will give them, so that geometries through them
+    /// resolve now.
+    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
+        let mut chain = Vec::new();
+        let mut cur = n;
+        while self.pos.of(cur) > p {
+            let Role::View { src, step, .. } = &self.facts.roles[cur.idx()] else {
+                break;
+            };
+            chain.push((cur, *src, step.clone()));
+            cur = *src;
+        }
+        for (v, src, step) in chain.into_iter().rev() {
+            self.links.view_of(v, src, step);
+        }
+    }
+
+    pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
+        let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
+        if rd == rs {
+            // The same elements, proven by the view chain or, for views the
+            // engine does not model (reshape round trips, transposes), by
+            // static layouts of one dtype that address the same elements of
+            // the same memory.
+            let same_layout = match (
+                strided_layout(self.facts.graph, src),
+                strided_layout(self.facts.graph, dst),
+            ) {
+                (Some(a), Some(b)) => {
+                    // Views of one root node (view and re-inplacing links only,
+                    // never a may-alias union).
+                    same_elements(&a, &b)
+                        && self.facts.same_dtype(src, dst)
+                        && self.model().geometry(src).root == self.model().geometry(dst).root
+                }
+                _ => false,
+            };
+            let same_geometry = same_layout
+                || self.model().geometry(src) == self.model().geometry(dst)
+                || self.model().same_bits_through_dtype_views(src, dst);
+            if same_geometry && self.versions.of(src) == self.classes.latest(rd) {
+                if !self.facts.uses.users(copy).is_empty() {
+                    self.plan.replace(copy, ValueRef::Old(dst));
+                }
+                self.plan.erase(copy);
+                self.plan.count_writeback_removed();
+            } else {
+                // The new value lives in the input's own memory under another
+                // layout: copy through a temporary, never overlapping memory.
+                let tmp = self.plan.insert(
+                    copy,
+                    Callee::Aten("aten::clone.default"),
+                    vec![PlanArg::Ref(self.plan.resolve(src))],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                let fresh = self.plan.insert(
+                    copy,
+                    Callee::Aten("aten::copy_.default"),
+                    vec![
+                        PlanArg::Ref(ValueRef::Old(dst)),
+                        PlanArg::Ref(ValueRef::New(tmp)),
+                    ],
+                    vec![],
+                    MetaSource::Compute,
+                );
+                self.plan.replace(copy, ValueRef::New(fresh));
+                self.plan.erase(copy);
+            }
+        }
+        let r = self.classes.union(copy, dst);
+        let e = self.classes.new_version();
+        self.classes.set_latest(r, e);
+        self.versions.set(copy, e);
+    }
+}
+
+impl Model<'_, '_> {
     /// Geometry of `n` when it is one of `exact` or a chain of
     /// non-overlapping views of one; `None` otherwise.
     pub(super) fn geometry_through_views(
@@ -204,24 +283,6 @@ impl Context<'_> {
         Some(cur)
     }
 
-    /// Gives the views between `n` and its anchor (not walked yet) the
-    /// links the walk will give them, so that geometries through them
-    /// resolve now.
-    fn link_views_ahead(&mut self, n: NodeId, p: i64) {
-        let mut chain = Vec::new();
-        let mut cur = n;
-        while self.pos.of(cur) > p {
-            let Role::View { src, step, .. } = &self.facts.roles[cur.idx()] else {
-                break;
-            };
-            chain.push((cur, *src, step.clone()));
-            cur = *src;
-        }
-        for (v, src, step) in chain.into_iter().rev() {
-            self.links.view_of(v, src, step);
-        }
-    }
-
     /// True when `src` is `dst`'s own elements seen through `view(dtype)`
     /// views of the same item size (which keep sizes and strides) and ends
     /// in `dst`'s dtype: `copy_(dst, src)` then copies every bit onto
@@ -248,65 +309,6 @@ impl Context<'_> {
         };
         let (gs, gd) = (strip(self.geometry(src)), strip(self.geometry(dst)));
         gs != self.geometry(src) && gs == gd
-    }
-
-    pub(super) fn plan_writeback(&mut self, copy: NodeId, dst: NodeId, src: NodeId) {
-        let (rd, rs) = (self.classes.find(dst), self.classes.find(src));
-        if rd == rs {
-            // The same elements, proven by the view chain or, for views the
-            // engine does not model (reshape round trips, transposes), by
-            // static layouts of one dtype that address the same elements of
-            // the same memory.
-            let same_layout = match (
-                strided_layout(self.facts.graph, src),
-                strided_layout(self.facts.graph, dst),
-            ) {
-                (Some(a), Some(b)) => {
-                    // Views of one root node (view and re-inplacing links only,
-                    // never a may-alias union).
-                    same_elements(&a, &b)
-                        && self.facts.same_dtype(src, dst)
-                        && self.geometry(src).root == self.geometry(dst).root
-                }
-                _ => false,
-            };
-            let same_geometry = same_layout
-                || self.geometry(src) == self.geometry(dst)
-                || self.same_bits_through_dtype_views(src, dst);
-            if same_geometry && self.versions.of(src) == self.classes.latest(rd) {
-                if !self.facts.uses.users(copy).is_empty() {
-                    self.plan.replace(copy, ValueRef::Old(dst));
-                }
-                self.plan.erase(copy);
-                self.plan.count_writeback_removed();
-            } else {
-                // The new value lives in the input's own memory under another
-                // layout: copy through a temporary, never overlapping memory.
-                let tmp = self.plan.insert(
-                    copy,
-                    Callee::Aten("aten::clone.default"),
-                    vec![PlanArg::Ref(self.plan.resolve(src))],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                let fresh = self.plan.insert(
-                    copy,
-                    Callee::Aten("aten::copy_.default"),
-                    vec![
-                        PlanArg::Ref(ValueRef::Old(dst)),
-                        PlanArg::Ref(ValueRef::New(tmp)),
-                    ],
-                    vec![],
-                    MetaSource::Compute,
-                );
-                self.plan.replace(copy, ValueRef::New(fresh));
-                self.plan.erase(copy);
-            }
-        }
-        let r = self.classes.union(copy, dst);
-        let e = self.classes.new_version();
-        self.classes.set_latest(r, e);
-        self.versions.set(copy, e);
     }
 }
 
@@ -580,10 +582,10 @@ mod tests {
         let g = b.output(&[r]);
         let cx = Context::new(&g);
         let at = |node: NodeId| cx.pos.of(node);
-        assert_eq!(cx.view_anchor(s2, at(t)), Some(t));
-        assert_eq!(cx.view_anchor(s2, at(s)), Some(s));
-        assert_eq!(cx.view_anchor(s2, at(s2)), Some(s2));
+        assert_eq!(cx.model().view_anchor(s2, at(t)), Some(t));
+        assert_eq!(cx.model().view_anchor(s2, at(s)), Some(s));
+        assert_eq!(cx.model().view_anchor(s2, at(s2)), Some(s2));
         // Not a view: no anchor behind it.
-        assert_eq!(cx.view_anchor(r, at(t)), None);
+        assert_eq!(cx.model().view_anchor(r, at(t)), None);
     }
 }

@@ -9,7 +9,7 @@ use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::clone_reason::CloneReason;
-use super::Context;
+use super::{Context, Model};
 
 impl Context<'_> {
     /// The written arguments of `call`, cut again from their buffers'
@@ -121,14 +121,16 @@ impl Context<'_> {
             // views): its rank follows from its steps on the base, and steps
             // the engine models keep the dtype.
             None => {
-                if self.rank_through_steps(base, x, bm.rank())? != size.len() {
+                if self.model().rank_through_steps(base, x, bm.rank())? != size.len() {
                     return None;
                 }
             }
         }
         Some(self.plan.resolve(x))
     }
+}
 
+impl Model<'_, '_> {
     /// The rank of view `x` of `base` (rank `base_rank`), from the steps
     /// of its geometry after `base`'s own; `None` when `x` is not a view of
     /// `base` through steps the engine models.
