@@ -64,6 +64,16 @@ impl StorageClasses {
         }
     }
 
+    /// The root of `n`'s class, read-only ([`Self::find`] gives the same
+    /// root and shortens the path for the next reads).
+    pub(super) fn root_of(&self, n: NodeId) -> usize {
+        let mut r = n.idx();
+        while self.parent[r] as usize != r {
+            r = self.parent[r] as usize;
+        }
+        r
+    }
+
     /// The root of `n`'s class (compressing the path to it).
     pub(super) fn find(&mut self, n: NodeId) -> usize {
         let mut r = n.idx();

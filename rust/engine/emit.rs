@@ -2,9 +2,9 @@
 //! `PlanBuilder`, `plan_builder.rs`), in order: moves, buffers (`unit_clone.rs`),
 //! written arguments (`written_args.rs`), the in-place call, the results
 //! bound to what they now are, the removed v1 write-backs, and the report
-//! entry ([`Context::node_report`], the one constructor of a `NodeReport`;
+//! entry ([`Facts::node_report`], the one constructor of a `NodeReport`;
 //! the clone reasons decided are made report text here, in
-//! [`Context::unit_notes`]).
+//! [`Facts::unit_notes`]).
 //! The blocks an out= call shares (`out_call.rs`) are here too.
 
 use crate::analysis::alias::Role;
@@ -18,13 +18,14 @@ use super::bindings::Bind;
 use super::clone_reason::CloneReason;
 use super::mutation::Decided;
 use super::sharing::Sharing;
-use super::{writeback, Context, Facts};
+use super::{writeback, Emitter, Facts};
 
-impl Context<'_> {
+impl Emitter<'_, '_> {
     /// Emits the rewrite of a decided mutating call: the moves, the buffers
     /// (real, or a unit's copy), the written arguments cut again from them,
     /// the in-place call, the results bound to what they now are, the v1
-    /// write-backs it makes no-ops, and the report.
+    /// write-backs it makes no-ops, and the report. `event` is the version
+    /// of the memory the call writes in place.
     ///
     /// # Errors
     /// [`crate::Error::Internal`] from [`Self::emit_buffers`].
@@ -34,6 +35,7 @@ impl Context<'_> {
         rule: &'static str,
         sharing: &Sharing,
         decided: &Decided,
+        event: u32,
     ) -> Result<()> {
         let Decided {
             clone,
@@ -42,7 +44,6 @@ impl Context<'_> {
             chains,
         } = decided;
         let af = call.node;
-        let event = self.classes.new_version();
         for &m in moved {
             self.plan.move_before(m, af);
         }
@@ -60,7 +61,7 @@ impl Context<'_> {
         self.plan.erase(af);
         self.bindings.bind_results(af, binds);
         let scatters_removed = self.remove_scatters(chains, event);
-        self.record_in_place_writes(call, sharing, clone, event);
+        self.record_in_place_writes(call, sharing, clone);
         let clones = self.facts.unit_notes(call, sharing, clone, &unit_bytes);
         let action = if clones.is_empty() {
             Action::Reinplaced
@@ -176,28 +177,15 @@ impl Context<'_> {
         removed
     }
 
-    /// Records the buffers `call` writes in place: their classes' memory is
-    /// at version `event` now, and they (and the read slots sharing their
-    /// memory) are realized where the call gets them (`realize.rs`).
+    /// Records the buffers `call` writes in place: they (and the read slots
+    /// sharing their memory) are realized where the call gets them
+    /// (`realize.rs`).
     fn record_in_place_writes(
         &mut self,
         call: &MutationCall,
         sharing: &Sharing,
         clone: &[Option<CloneReason>],
-        event: u32,
     ) {
-        let mut touched: Vec<usize> = Vec::new();
-        for (bi, b) in call.buffers.iter().enumerate() {
-            if clone[bi].is_none() {
-                let r = self.classes.find(b.node);
-                if !touched.contains(&r) {
-                    touched.push(r);
-                }
-            }
-        }
-        for r in touched {
-            self.classes.set_latest(r, event);
-        }
         let p = self.pos.of(call.node);
         for (bi, b) in call.buffers.iter().enumerate() {
             if clone[bi].is_none() {
@@ -234,7 +222,7 @@ impl Context<'_> {
     }
 
     /// Makes the ordering-only users of `af` (`control_deps`: see
-    /// [`Self::ordering_only_use`]) depend on `memory`, which the call
+    /// [`Facts::ordering_only_use`]) depend on `memory`, which the call
     /// writes, once `af` is gone.
     pub(super) fn order_users_after(&mut self, af: NodeId, memory: ValueRef) {
         if self

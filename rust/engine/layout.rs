@@ -1,6 +1,6 @@
 //! The layout a clone must reproduce, from a node's metadata, and the
 //! emission of an exact clone with it (a flat copy of the storage viewed
-//! back with the layout: [`Context::exact_clone`]). A clone of several
+//! back with the layout: [`Emitter::exact_clone`]). A clone of several
 //! slots that shared memory in the program is one copy made by
 //! `unit_clone.rs` from these.
 
@@ -8,7 +8,7 @@ use crate::analysis::alias::Role;
 use crate::ir::{Dim, Graph, NodeId, TargetKind};
 use crate::plan::{Callee, MetaSource, NewId, PlanArg, ValueRef};
 
-use super::{Context, Facts, Model};
+use super::{Emitter, Facts, Model};
 
 /// Static (size, stride, storage offset) of a node, from its metadata.
 pub(super) fn strided_layout(graph: &Graph, n: NodeId) -> Option<(Vec<i64>, Vec<i64>, i64)> {
@@ -138,7 +138,7 @@ pub(super) struct CloneSource {
     pub(super) chain: Vec<Replay>,
 }
 
-impl Context<'_> {
+impl Emitter<'_, '_> {
     /// Emits a copy of `base` (the value of `node`) with exactly its size,
     /// stride and storage offset, as torch's `clone_preserve_strides` does:
     /// the storage is copied as a flat 1-d buffer and viewed back with the

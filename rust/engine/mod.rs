@@ -192,6 +192,38 @@ struct Model<'m, 'g> {
     in_place: &'m InPlaceWrites,
 }
 
+/// Emission: what a decided call becomes in the plan. It writes only the
+/// plan under construction, what planned results stand for and the plan's
+/// in-place writes; everything else it reads, through [`Emitter::model`].
+/// Deciding is done before, on the [`Model`]; the model's own changes
+/// (positions, classes, versions, links) are [`Context`]'s.
+struct Emitter<'e, 'g> {
+    facts: &'e Facts<'g>,
+    pos: &'e Positions,
+    classes: &'e StorageClasses,
+    versions: &'e Versions,
+    links: &'e Links,
+    bindings: &'e mut Bindings,
+    plan: &'e mut PlanBuilder,
+    in_place: &'e mut InPlaceWrites,
+}
+
+impl<'g> Emitter<'_, 'g> {
+    /// What the walk knows, to read while emitting.
+    fn model(&self) -> Model<'_, 'g> {
+        Model {
+            facts: self.facts,
+            pos: self.pos,
+            classes: self.classes,
+            versions: self.versions,
+            links: self.links,
+            bindings: self.bindings,
+            plan: self.plan,
+            in_place: self.in_place,
+        }
+    }
+}
+
 /// Plans the rewrite of every auto_functionalized node of `graph`.
 ///
 /// # Errors
@@ -263,6 +295,20 @@ impl<'g> Context<'g> {
             bindings: &self.bindings,
             plan: &self.plan,
             in_place: &self.in_place,
+        }
+    }
+
+    /// Emission into the plan, reading the rest.
+    fn emitter(&mut self) -> Emitter<'_, 'g> {
+        Emitter {
+            facts: &self.facts,
+            pos: &self.pos,
+            classes: &self.classes,
+            versions: &self.versions,
+            links: &self.links,
+            bindings: &mut self.bindings,
+            plan: &mut self.plan,
+            in_place: &mut self.in_place,
         }
     }
 

@@ -56,11 +56,11 @@ struct InPlaceNeeds {
     chains: Vec<writeback::ScatterChain>,
 }
 
-/// What deciding a call settled, for [`Context::emit_mutation`].
+/// What deciding a call settled, for [`super::Emitter::emit_mutation`].
 pub(super) struct Decided {
     /// Per buffer, why it is cloned, or `None` when written in place (the
     /// report's text is made from the reason when the report entry is
-    /// built: [`Context::unit_notes`]).
+    /// built: [`Facts::unit_notes`]).
     pub(super) clone: Vec<Option<CloneReason>>,
     /// How each unit with a clone is copied, by unit.
     pub(super) recipes: Vec<(usize, UnitRecipe)>,
@@ -113,8 +113,34 @@ impl Context<'_> {
             moved: needs.moved,
             chains: needs.chains,
         };
-        self.emit_mutation(call, rule, &sharing, &decided)?;
+        // What the call writes in place is a new version of that memory.
+        let event = self.classes.new_version();
+        self.emitter()
+            .emit_mutation(call, rule, &sharing, &decided, event)?;
+        self.set_written_versions(call, &decided.clone, event);
         Ok(Outcome::Rewritten)
+    }
+
+    /// The classes of the buffers `call` writes in place (those not
+    /// cloned) hold version `event` of their memory now.
+    fn set_written_versions(
+        &mut self,
+        call: &MutationCall,
+        clone: &[Option<CloneReason>],
+        event: u32,
+    ) {
+        let mut touched: Vec<usize> = Vec::new();
+        for (bi, b) in call.buffers.iter().enumerate() {
+            if clone[bi].is_none() {
+                let r = self.classes.find(b.node);
+                if !touched.contains(&r) {
+                    touched.push(r);
+                }
+            }
+        }
+        for r in touched {
+            self.classes.set_latest(r, event);
+        }
     }
 
     /// Per buffer of `call`, the note of its clone, or `None` when it is

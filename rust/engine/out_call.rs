@@ -9,9 +9,9 @@ use crate::plan::{Action, Callee, MetaSource, NewId, PlanArg, ValueRef};
 
 use super::bindings::Bind;
 use super::emit::{positional_where_allowed, returns_meta};
-use super::{Context, LeftReason, Outcome};
+use super::{Emitter, LeftReason, Outcome};
 
-impl Context<'_> {
+impl Emitter<'_, '_> {
     /// Plans an out= call: fresh buffers, no safety analysis needed.
     pub fn rewrite_out_call(&mut self, call: &OutCall, rule: &'static str) -> Outcome {
         let af = call.node;

@@ -251,7 +251,7 @@ impl Context<'_> {
 /// Extends the clones in `clone` to whole units: the buffers of a unit are
 /// written in place together or re-derived together from one copy, so a
 /// buffer whose unit mate is cloned is cloned with it (the report shows one
-/// note per unit: [`Context::unit_notes`]).
+/// note per unit: [`super::Facts::unit_notes`]).
 pub(super) fn clone_whole_units(sharing: &Sharing, clone: &mut [Option<CloneReason>]) {
     for b in 0..clone.len() {
         if clone[b].is_none() {

@@ -13,9 +13,9 @@ use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 use super::clone_reason::CloneReason;
 use super::layout::{replayable_view, required_storage, strided_layout, CloneSource, Replay};
 use super::sharing::Sharing;
-use super::{Context, Facts, Model};
+use super::{Emitter, Facts, Model};
 
-/// What [`Context::emit_buffers`] gives the call: per buffer its value, per
+/// What [`Emitter::emit_buffers`] gives the call: per buffer its value, per
 /// read slot the value made again from a copy (if any), and per cloned unit
 /// the bytes its copy moves.
 pub(super) type EmittedBuffers = (
@@ -51,7 +51,7 @@ pub(super) enum UnitRecipe {
     },
 }
 
-impl Context<'_> {
+impl Emitter<'_, '_> {
     /// Emits the copy of `recipe` before `af`; returns each member's value
     /// made from it.
     pub(super) fn emit_unit_clone(
@@ -476,8 +476,8 @@ impl Facts<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nid;
     use super::super::tests::inserted;
+    use super::super::{nid, Context};
     use super::*;
     use crate::analysis::test_graph::{meta, B};
     use crate::forms::FormCall;
@@ -513,7 +513,7 @@ mod tests {
         assert_eq!(members, [top, bottom]);
         assert!(paths.iter().all(|(_, replays)| replays.len() == 1));
         // Emitted: the exact clone of `t`, then each slice on the copy.
-        let made = cx.emit_unit_clone(top, &recipe);
+        let made = cx.emitter().emit_unit_clone(top, &recipe);
         assert_eq!(made.len(), 2);
         let p = cx.finish();
         assert_eq!(
@@ -629,7 +629,9 @@ mod tests {
             assert!(cx
                 .facts
                 .unit_is_a_deleted_clone(&with(&["out", "x"]), sharing, 0));
-            let made = cx.emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
+            let made = cx
+                .emitter()
+                .emit_unit_clone(af, &UnitRecipe::FreshClone { node: t });
             let [(m, ValueRef::New(copy))] = made[..] else {
                 panic!("one new value: {made:?}");
             };
@@ -651,7 +653,10 @@ mod tests {
         on_one_memory_call(|cx, call, sharing, af, _| {
             let clone = vec![Some(CloneReason::OverlappingView); call.buffers.len()];
             // No recipe for the cloned unit.
-            let err = cx.emit_buffers(call, sharing, &clone, &[]).unwrap_err();
+            let err = cx
+                .emitter()
+                .emit_buffers(call, sharing, &clone, &[])
+                .unwrap_err();
             assert!(
                 matches!(&err, crate::Error::Internal { node: Some(n), detail }
                     if *n == af.0 && detail.contains("no recipe")),

@@ -1,7 +1,7 @@
 //! The walk: every node in graph order joins its storage class and gets
 //! the version of that memory it holds (`storage.rs`); an
 //! auto_functionalized node is read by its form and planned
-//! ([`Context::rewrite_mutation`], [`Context::rewrite_out_call`]), and its
+//! ([`Context::rewrite_mutation`], [`super::Emitter::rewrite_out_call`]), and its
 //! results are then bound to what the plan made them (`Bind`, `bindings.rs`).
 
 use crate::analysis::alias::{returns_an_alias, Role};
@@ -175,7 +175,9 @@ impl Context<'_> {
             Some((name, Ok(FormCall::Mutation(call)))) => {
                 (name, self.rewrite_mutation(&call, name)?)
             }
-            Some((name, Ok(FormCall::Out(call)))) => (name, self.rewrite_out_call(&call, name)),
+            Some((name, Ok(FormCall::Out(call)))) => {
+                (name, self.emitter().rewrite_out_call(&call, name))
+            }
             Some((name, Err(reason))) => (name, Outcome::Left(LeftReason::Form(reason))),
             None => (crate::forms::NO_RULE, Outcome::Left(LeftReason::NoForm)),
         };

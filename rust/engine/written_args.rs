@@ -9,9 +9,9 @@ use crate::ir::NodeId;
 use crate::plan::{Callee, MetaSource, PlanArg, ValueRef};
 
 use super::clone_reason::CloneReason;
-use super::{Context, Model};
+use super::{Emitter, Model};
 
-impl Context<'_> {
+impl Emitter<'_, '_> {
     /// The written arguments of `call`, cut again from their buffers'
     /// values `buf_val`.
     pub(super) fn emit_written_args(
@@ -89,7 +89,7 @@ impl Context<'_> {
         let x = self.facts.graph.node(offset).args.first()?.as_node()?;
         let base = call.buffers[buffer].node;
         if !matches!(self.facts.roles[x.idx()], Role::View { .. })
-            || self.classes.find(x) != self.classes.find(base)
+            || self.classes.root_of(x) != self.classes.root_of(base)
         {
             return None;
         }
