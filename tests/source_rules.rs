@@ -17,6 +17,12 @@
 //! itself holds `Context` (what every engine file extends) and is left out
 //! of the engine's graph.
 //!
+//! Read-only checks. The files of the checks and the hazards
+//! (`engine/checks.rs`, `engine/hazards.rs`) extend only the read-only
+//! `Model` and `Facts` (apart from `Context::drop_dead_members`, the one
+//! pruning step hazards.rs holds), and emission (`engine/emit.rs`) only the
+//! `Emitter`: a check cannot change what the next check reads.
+//!
 //! ARCHITECTURE.md. In "Four questions, and the files each takes", every
 //! `` `rust/...rs` (`function` ``...) pair names a function defined in that
 //! file, and the count each answer states ("Nine files") is the number of
@@ -80,6 +86,67 @@ fn code(path: &Path, comment: &str) -> String {
         .map(|(_, l)| l)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+// --- read-only checks ---------------------------------------------------------------------
+
+/// The `impl` blocks of `text` by the type they extend (`impl Model<'_, '_> {` -> `Model`),
+/// with the names of the methods in each that take `&mut self`.
+fn impls(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut last_fn = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("impl") {
+            let rest = rest.trim_start_matches(|c| c != ' ').trim_start();
+            let ty = rest.split(['<', ' ', '{']).next().unwrap_or("").to_string();
+            out.push((ty, Vec::new()));
+        } else if let Some(i) = line.find("fn ") {
+            let name = &line[i + 3..];
+            last_fn = name.split(['(', '<']).next().unwrap_or("").to_string();
+        }
+        if line.contains("&mut self") {
+            if let Some((_, muts)) = out.last_mut() {
+                muts.push(last_fn.clone());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn checks_extend_only_read_only_types_and_emission_only_the_emitter() {
+    let engine = root().join("rust/engine");
+    for (file, allowed, context_allowed) in [
+        ("checks.rs", &["Model", "Facts"][..], &[][..]),
+        (
+            "hazards.rs",
+            &["Model", "Facts", "Context"][..],
+            &["drop_dead_members"][..],
+        ),
+        ("emit.rs", &["Emitter", "Facts"][..], &[][..]),
+    ] {
+        for (ty, muts) in impls(&code(&engine.join(file), "//")) {
+            assert!(allowed.contains(&ty.as_str()), "{file} extends {ty}");
+            if ty != "Emitter" {
+                assert!(
+                    muts.iter().all(|m| context_allowed.contains(&m.as_str())),
+                    "{file}: {ty} methods taking &mut self: {muts:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_impl_reader_reads_types_and_mutable_methods() {
+    let text = "impl Model<'_, '_> {\n    fn a(&self) {}\n}\nimpl<'g> Context<'g> {\n    fn b(\n        &mut self,\n    ) {}\n}";
+    assert_eq!(
+        impls(text),
+        [
+            ("Model".to_string(), vec![]),
+            ("Context".to_string(), vec!["b".to_string()])
+        ]
+    );
 }
 
 // --- forms -------------------------------------------------------------------------------
