@@ -171,3 +171,31 @@ def test_refresh_views_skips_only_operators_whose_returns_cannot_alias():
     assert fx_meta._returns_no_alias(torch.ops.fxr_test.acc_sum.default)  # a custom op's result is fresh
     for may_alias in (a.slice.Tensor, a.view.default, a.split.Tensor, a.copy_.default, operator.getitem):
         assert not fx_meta._returns_no_alias(may_alias), may_alias
+
+
+def test_same_layout_of_one_value_and_of_two_equal_or_different_ones():
+    """``eager_input_vals`` skips its fake dispatch where eager's base has
+    the graph's base layout. One value (the record holding the graph's own
+    base) has it when strided, static or symbolic; a sparse one has no
+    layout to compare, even with itself."""
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    with mode:
+        x = torch.empty(4, 8)
+    y = mode.from_tensor(
+        torch.empty(8, 6),
+        source=LocalSource("y"),
+        symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC]),
+    )
+    for a in (x, x[:, 1:], x.t(), y, y[1:]):
+        assert fx_meta._same_layout(a, a), a
+    assert fx_meta._same_layout(x[:, 1:], x[:, 1:])  # two values, one layout
+    assert fx_meta._same_layout(y[1:], y[1:])
+    assert not fx_meta._same_layout(x, x.t())
+    assert not fx_meta._same_layout(x, x[1:])  # another offset
+    assert not fx_meta._same_layout(y, y[1:])
+    sparse = torch.eye(3).to_sparse()
+    assert not fx_meta._same_layout(sparse, sparse)
+    assert not fx_meta._same_layout(x, 1.0) and not fx_meta._same_layout(None, None)

@@ -284,6 +284,9 @@ def _same_layout(a: Any, b: Any) -> bool:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
     try:
+        if a is b:
+            # One value (the record holds the graph's own base): one layout.
+            return a.layout == torch.strided
         if (
             a.dtype != b.dtype
             or a.device != b.device
