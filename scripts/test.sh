@@ -55,8 +55,9 @@ echo "== pytest (at ${SECONDS} s)"
 python -m pytest -q -p no:cacheprovider -n "${FXREWRITE_PYTEST_WORKERS:-2}" "$@"
 if [ "${FXREWRITE_SERVING_TORCH:-1}" != 0 ]; then
     echo "== the serving stacks' torch, 2.14.0 (vLLM 0.33/0.34 pin it, SGLang 2.14.1), with vLLM 0.34.0 (at ${SECONDS} s)"
-    # The compile and torch-compatibility tests, and tests/test_vllm_real.py (vLLM's own pass
-    # classes, required: it cannot skip there), in an environment that borrows .venv's CUDA
+    # The compile, torch-compatibility and warm-cache tests (a second start served by the FX
+    # graph cache), and tests/test_vllm_real.py (vLLM's own pass classes, required: it cannot
+    # skip there), in an environment that borrows .venv's CUDA
     # libraries (about 1.7 GB, made on the first run, reused after). The rest of
     # scripts/test_torch_range.sh's slice (the command line tool, the CUDA-graph dry run) would
     # add about three minutes CI does not have; it passes on 2.14 (docs/versions.md).

@@ -22,9 +22,9 @@
 #   torch and pull CUDA kernels) but with the packages its pass modules import, pinned below;
 #   its compiled kernels are removed (CUDA builds: nothing on a CPU loads them). The slice then
 #   also runs tests/test_vllm_real.py, with FXREWRITE_REQUIRE_VLLM=1: it fails, never skips.
-# --compile-only: the compile and torch-compatibility tests only (with --with-vllm, the vLLM ones
-#   too), not the command line tool's or the dry run's: what scripts/test.sh runs on 2.14, where
-#   CI's 20 minutes leave room for about a minute and a half.
+# --compile-only: the compile, torch-compatibility and warm-cache tests only (with --with-vllm,
+#   the vLLM ones too), not the command line tool's or the dry run's: what scripts/test.sh runs
+#   on 2.14, where CI's 20 minutes leave room for about two minutes.
 # --make-only: make (or keep) the environments and stop; scripts/test.sh makes its one in the
 #   background while the Rust checks run, then runs the slice.
 set -euo pipefail
@@ -88,7 +88,9 @@ VLLM_IMPORTS=(aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated
     transformers==5.25.0 truststore==0.10.5 typing-inspection==0.4.5 urllib3==2.8.0 uvloop==0.23.0
     xgrammar==0.2.9 yarl==1.25.1)
 TESTS=(tests/test_compile.py tests/test_cli.py tests/test_torch_compat.py tests/test_cuda_graphs_dry_run.py)
-[ -z "$COMPILE_ONLY" ] || TESTS=(tests/test_compile.py tests/test_torch_compat.py)
+# The warm-cache tests too: a serving engine's second start is served by Inductor's FX graph
+# cache, on the torch it pins.
+[ -z "$COMPILE_ONLY" ] || TESTS=(tests/test_compile.py tests/test_torch_compat.py tests/test_warm_cache.py tests/test_cache.py)
 SUMMARY=()
 FAILED=0
 for v in "${VERSIONS[@]}"; do
