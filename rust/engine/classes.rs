@@ -76,10 +76,7 @@ impl StorageClasses {
 
     /// The root of `n`'s class (compressing the path to it).
     pub(super) fn find(&mut self, n: NodeId) -> usize {
-        let mut r = n.idx();
-        while self.parent[r] as usize != r {
-            r = self.parent[r] as usize;
-        }
+        let r = self.root_of(n);
         let mut c = n.idx();
         while self.parent[c] as usize != r {
             let next = self.parent[c] as usize;

@@ -12,28 +12,12 @@ use crate::forms::call::{MutationCall, ViewOfBuffer, WrittenArg};
 use crate::ir::{NodeId, OpCode, TargetKind};
 
 use super::storage::structural_root;
-use super::{Context, Facts, Model, MAX_MOVED};
-
-impl Context<'_> {
-    /// Drops the members of class `root` whose last reader is at or before
-    /// `af`, for good: later calls are further down the graph.
-    pub(super) fn drop_dead_members(&mut self, root: usize, af: NodeId) {
-        let p = self.pos.of(af);
-        let last_read = &self.facts.last_read;
-        self.classes
-            .retain_members(root, |m| read_after(last_read, *m, p));
-    }
-}
-
-/// True when the last reader of `m` comes after position `p`.
-fn read_after(last_read: &[Option<u32>], m: NodeId, p: i64) -> bool {
-    matches!(last_read[m.idx()], Some(lr) if 2 * i64::from(lr) > p)
-}
+use super::{Facts, Model, MAX_MOVED};
 
 impl Model<'_, '_> {
     /// Readers after position `p` of versions of class `root` older than the
-    /// call being planned, among its members still read after the call
-    /// (`Context::drop_dead_members` has dropped the others).
+    /// call being planned, among its members (`Context::drop_dead_members`
+    /// has dropped those no node after the call reads).
     pub(super) fn hazards(
         &self,
         root: usize,
@@ -45,9 +29,6 @@ impl Model<'_, '_> {
         let p = self.pos.of(af);
         let mut found: Vec<(NodeId, NodeId)> = Vec::new();
         for &m in self.classes.members(root) {
-            if !read_after(&self.facts.last_read, m, p) {
-                continue;
-            }
             let in_input_family = cut.is_some_and(|(input, _)| {
                 structural_root(&self.facts.roles, m) == input && self.versions.is_first(m)
             });
@@ -260,6 +241,7 @@ impl Facts<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{only_decision, plan_of};
+    use super::super::Context;
     use super::*;
     use crate::analysis::test_graph::{add, add_, n, neg, B};
     use crate::plan::Action;

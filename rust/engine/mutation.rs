@@ -121,6 +121,18 @@ impl Context<'_> {
         Ok(Outcome::Rewritten)
     }
 
+    /// Drops the members of class `root` whose last reader is at or before
+    /// `af`, for good: later calls are further down the graph, and a node
+    /// moves only ahead of a call, so no reader of them is after one.
+    fn drop_dead_members(&mut self, root: usize, af: NodeId) {
+        let p = self.pos.of(af);
+        let last_read = &self.facts.last_read;
+        self.classes.retain_members(
+            root,
+            |m| matches!(last_read[m.idx()], Some(lr) if 2 * i64::from(lr) > p),
+        );
+    }
+
     /// The classes of the buffers `call` writes in place (those not
     /// cloned) hold version `event` of their memory now.
     fn set_written_versions(
