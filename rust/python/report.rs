@@ -15,8 +15,6 @@
 //!
 //! Like the frozen dataclasses they replace, they compare and hash by value.
 
-use std::hash::{Hash, Hasher};
-
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple, PyType};
@@ -31,133 +29,111 @@ use crate::plan::{CloneNote, NodeReport};
 /// clones as `CloneNote` objects and may give them so to the constructor.
 const NESTED_CLONES: &str = "clones";
 
-/// The engine's value; each field is converted when read, alone
-/// ([`field_of`]).
-struct Entry<T> {
-    value: T,
+/// The field names of `T`, in its declaration (and JSON) order.
+fn names<T: DeserializeOwned>() -> &'static [&'static str] {
+    serde_introspect::<T>()
 }
 
-impl<T: Serialize + DeserializeOwned> Entry<T> {
-    fn new(value: T) -> Self {
-        Self { value }
+/// `value` as a dict of every field, in order: serde's, with the fields its
+/// JSON skips when empty filled in as `None`.
+fn as_dict<'py, T: Serialize + DeserializeOwned>(
+    py: Python<'py>,
+    value: &T,
+) -> PyResult<Bound<'py, PyDict>> {
+    let serialized = pythonize::pythonize(py, value)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .cast_into::<PyDict>()?;
+    let dict = PyDict::new(py);
+    for name in names::<T>() {
+        let value = serialized.get_item(name)?;
+        dict.set_item(name, value.unwrap_or(py.None().into_bound(py)))?;
     }
+    Ok(dict)
+}
 
-    /// The field names, in the type's declaration (and JSON) order.
-    fn names() -> &'static [&'static str] {
-        serde_introspect::<T>()
+/// A `T` from positional arguments (in field order) and keywords;
+/// `given_as_entries` turns nested entries given as objects into the dicts
+/// serde reads.
+fn from_arguments<T: DeserializeOwned>(
+    class: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    given_as_entries: impl Fn(&Bound<'_, PyDict>) -> PyResult<()>,
+) -> PyResult<T> {
+    let names = names::<T>();
+    if args.len() > names.len() {
+        return Err(PyTypeError::new_err(format!(
+            "{class}() takes at most {} positional arguments ({}), {} given",
+            names.len(),
+            names.join(", "),
+            args.len()
+        )));
     }
-
-    /// The value as a dict of every field, in order: serde's, with the
-    /// fields its JSON skips when empty filled in as `None`.
-    fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let serialized = pythonize::pythonize(py, &self.value)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let serialized = serialized.cast_into::<PyDict>()?;
-        let dict = PyDict::new(py);
-        for name in Self::names() {
-            dict.set_item(
-                name,
-                serialized
-                    .get_item(name)?
-                    .unwrap_or(py.None().into_bound(py)),
-            )?;
-        }
-        Ok(dict)
+    let fields = PyDict::new(args.py());
+    for (name, arg) in names.iter().zip(args.iter()) {
+        fields.set_item(name, arg)?;
     }
-
-    /// A value from positional arguments (in field order) and keywords.
-    fn from_arguments(
-        class: &str,
-        args: &Bound<'_, PyTuple>,
-        kwargs: Option<&Bound<'_, PyDict>>,
-        given_as_entries: impl Fn(&Bound<'_, PyDict>) -> PyResult<()>,
-    ) -> PyResult<T> {
-        let names = Self::names();
-        if args.len() > names.len() {
+    for (name, value) in kwargs.into_iter().flatten() {
+        if fields.contains(&name)? {
             return Err(PyTypeError::new_err(format!(
-                "{class}() takes at most {} positional arguments ({}), {} given",
-                names.len(),
-                names.join(", "),
-                args.len()
+                "{class}() got multiple values for argument {name}"
             )));
         }
-        let fields = PyDict::new(args.py());
-        for (name, arg) in names.iter().zip(args.iter()) {
-            fields.set_item(name, arg)?;
+        fields.set_item(name, value)?;
+    }
+    given_as_entries(&fields)?;
+    pythonize::depythonize::<T>(&fields).map_err(|e| {
+        let text = format!("{class}(): {e}");
+        // As Python words a call's missing or unknown argument.
+        if text.contains("missing field") || text.contains("unknown field") {
+            PyTypeError::new_err(text)
+        } else {
+            PyValueError::new_err(text)
         }
-        for (name, value) in kwargs.into_iter().flatten() {
-            if fields.contains(&name)? {
-                return Err(PyTypeError::new_err(format!(
-                    "{class}() got multiple values for argument {name}"
-                )));
-            }
-            fields.set_item(name, value)?;
-        }
-        given_as_entries(&fields)?;
-        pythonize::depythonize::<T>(&fields).map_err(|e| {
-            let text = format!("{class}(): {e}");
-            // As Python words a call's missing or unknown argument.
-            if text.contains("missing field") || text.contains("unknown field") {
-                PyTypeError::new_err(text)
-            } else {
-                PyValueError::new_err(text)
-            }
-        })
-    }
-
-    /// `name`'s value, made anew at each read (a list is the caller's
-    /// own: the entry stays frozen); `None` where serde skips it.
-    fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let value =
-            field_of(py, &self.value, name).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(value.unwrap_or_else(|| py.None().into_bound(py)))
-    }
-
-    /// `Class(field=value, ...)`, every field, as a dataclass writes it.
-    fn repr<'py>(
-        class: &str,
-        field: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
-    ) -> PyResult<String> {
-        let parts = Self::names()
-            .iter()
-            .map(|name| Ok(format!("{name}={}", field(name)?.repr()?)))
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok(format!("{class}({})", parts.join(", ")))
-    }
-
-    /// The constructor's positional arguments that make this value again.
-    fn arguments<'py>(
-        py: Python<'py>,
-        field: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        let values = Self::names()
-            .iter()
-            .map(|name| field(name))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, values)
-    }
+    })
 }
 
-impl<T: PartialEq> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.value == other.value
-    }
+/// Field `name` of `value`, made anew at each read (a list is the caller's
+/// own: the entry stays frozen); `None` where serde skips it.
+fn field<'py, T: Serialize>(py: Python<'py>, value: &T, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let found = field_of(py, value, name).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(found.unwrap_or_else(|| py.None().into_bound(py)))
 }
 
-impl<T: Hash> Hash for Entry<T> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.value.hash(state);
-    }
+/// `Class(field=value, ...)`, every field of `T` as `read` gives it, as a
+/// dataclass writes it.
+fn repr<'py, T: DeserializeOwned>(
+    class: &str,
+    read: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<String> {
+    let parts = names::<T>()
+        .iter()
+        .map(|name| Ok(format!("{name}={}", read(name)?.repr()?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(format!("{class}({})", parts.join(", ")))
+}
+
+/// The constructor's positional arguments that make the value again: every
+/// field of `T` as `read` gives it.
+fn arguments<'py, T: DeserializeOwned>(
+    py: Python<'py>,
+    read: impl Fn(&str) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let values = names::<T>()
+        .iter()
+        .map(|name| read(name))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, values)
 }
 
 /// One clone the plan keeps, and why it is needed.
 #[pyclass(name = "CloneNote", module = "fxrewrite._core", frozen, eq, hash)]
 #[derive(PartialEq, Hash)]
-pub(super) struct PyCloneNote(Entry<CloneNote>);
+pub(super) struct PyCloneNote(CloneNote);
 
 impl PyCloneNote {
     fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        self.0.field(py, name)
+        field(py, &self.0, name)
     }
 }
 
@@ -166,8 +142,7 @@ impl PyCloneNote {
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let note = Entry::<CloneNote>::from_arguments("CloneNote", args, kwargs, |_| Ok(()))?;
-        Ok(Self(Entry::new(note)))
+        from_arguments("CloneNote", args, kwargs, |_| Ok(())).map(Self)
     }
 
     /// A copy with what only the live graph knows; each fact given replaces
@@ -179,17 +154,17 @@ impl PyCloneNote {
         bytes_expr: Option<String>,
         bytes_at_trace: Option<u64>,
     ) -> Self {
-        let mut note = self.0.value.clone();
+        let mut note = self.0.clone();
         note.reader_source = reader_source.or(note.reader_source);
         note.bytes_expr = bytes_expr.or(note.bytes_expr);
         note.bytes_at_trace = bytes_at_trace.or(note.bytes_at_trace);
-        Self(Entry::new(note))
+        Self(note)
     }
 
     /// The bytes copied in words (`2048 bytes`, `4*s0 bytes (128 at the
     /// traced sizes)`, `symbolic size`).
     fn size_text(&self) -> String {
-        let n = &self.0.value;
+        let n = &self.0;
         match (&n.bytes, &n.bytes_expr, n.bytes_at_trace) {
             (Some(bytes), _, _) => format!("{bytes} bytes"),
             (None, Some(expr), Some(at)) if !expr.is_empty() => {
@@ -202,11 +177,11 @@ impl PyCloneNote {
 
     /// The note as a JSON-ready dict, every field named.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.0.as_dict(py)
+        as_dict(py, &self.0)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Entry::<CloneNote>::repr("CloneNote", |name| self.field(py, name))
+        repr::<CloneNote>("CloneNote", |name| self.field(py, name))
     }
 
     /// Pickles as its constructor's arguments (a pass object holding
@@ -215,7 +190,7 @@ impl PyCloneNote {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let args = Entry::<CloneNote>::arguments(py, |name| slf.get().field(py, name))?;
+        let args = arguments::<CloneNote>(py, |name| slf.get().field(py, name))?;
         Ok((slf.get_type(), args))
     }
 }
@@ -223,15 +198,14 @@ impl PyCloneNote {
 /// What happened to one auto_functionalized node.
 #[pyclass(name = "Decision", module = "fxrewrite._core", frozen, eq, hash)]
 #[derive(PartialEq, Hash)]
-pub(super) struct PyDecision(Entry<NodeReport>);
+pub(super) struct PyDecision(NodeReport);
 
 impl PyDecision {
     fn field<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         if name != NESTED_CLONES {
-            return self.0.field(py, name);
+            return field(py, &self.0, name);
         }
-        let clones = self.0.value.clones.iter().cloned();
-        let clones = clones.map(|c| PyCloneNote(Entry::new(c)));
+        let clones = self.0.clones.iter().cloned().map(PyCloneNote);
         Ok(PyList::new(py, clones.collect::<Vec<_>>())?.into_any())
     }
 }
@@ -241,7 +215,7 @@ impl PyDecision {
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let report = Entry::<NodeReport>::from_arguments("Decision", args, kwargs, |fields| {
+        let report = from_arguments("Decision", args, kwargs, |fields| {
             // Clones given as `CloneNote` objects are read as their fields.
             let Some(clones) = fields.get_item(NESTED_CLONES)? else {
                 return Ok(());
@@ -251,36 +225,35 @@ impl PyDecision {
                 .map(|c| {
                     let c = c?;
                     match c.cast::<PyCloneNote>() {
-                        Ok(note) => Ok(note.get().0.as_dict(c.py())?.into_any()),
+                        Ok(note) => Ok(as_dict(c.py(), &note.get().0)?.into_any()),
                         Err(_) => Ok(c),
                     }
                 })
                 .collect::<PyResult<Vec<_>>>()?;
             fields.set_item(NESTED_CLONES, as_dicts)
         })?;
-        Ok(Self(Entry::new(report)))
+        Ok(Self(report))
     }
 
     /// A copy with `clones` in place of this decision's (the pass adds
     /// what only the live graph knows to them).
     fn with_clones(&self, clones: Vec<PyRef<'_, PyCloneNote>>) -> Self {
-        Self(Entry::new(NodeReport {
-            clones: clones.iter().map(|c| c.0.value.clone()).collect(),
-            ..self.0.value.clone()
-        }))
+        Self(NodeReport {
+            clones: clones.iter().map(|c| c.0.clone()).collect(),
+            ..self.0.clone()
+        })
     }
 
     /// The decision as a JSON-ready dict, every field named, clones as dicts.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = self.0.as_dict(py)?;
-        let clones = self.0.value.clones.iter().cloned();
-        let clones = clones.map(|c| Entry::new(c).as_dict(py));
+        let dict = as_dict(py, &self.0)?;
+        let clones = self.0.clones.iter().map(|c| as_dict(py, c));
         dict.set_item(NESTED_CLONES, clones.collect::<PyResult<Vec<_>>>()?)?;
         Ok(dict)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Entry::<NodeReport>::repr("Decision", |name| self.field(py, name))
+        repr::<NodeReport>("Decision", |name| self.field(py, name))
     }
 
     /// Pickles as its constructor's arguments.
@@ -288,7 +261,7 @@ impl PyDecision {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let args = Entry::<NodeReport>::arguments(py, |name| slf.get().field(py, name))?;
+        let args = arguments::<NodeReport>(py, |name| slf.get().field(py, name))?;
         Ok((slf.get_type(), args))
     }
 }
@@ -305,13 +278,10 @@ pub(super) fn report_fields<'py>(
     for &name in serde_introspect::<crate::plan::Report>() {
         if name == DECISIONS {
             // As objects, each field converted only when read.
-            let decisions = report.decisions.iter().cloned();
-            let decisions = decisions.map(|d| PyDecision(Entry::new(d)));
+            let decisions = report.decisions.iter().cloned().map(PyDecision);
             dict.set_item(name, decisions.collect::<Vec<_>>())?;
         } else {
-            let value =
-                field_of(py, report, name).map_err(|e| PyValueError::new_err(e.to_string()))?;
-            dict.set_item(name, value)?;
+            dict.set_item(name, field(py, report, name)?)?;
         }
     }
     Ok(dict)
@@ -330,7 +300,7 @@ where
     let py = m.py();
     let class = py.get_type::<C>();
     let property = py.import("builtins")?.getattr("property")?;
-    for &name in Entry::<T>::names() {
+    for &name in names::<T>() {
         let read = PyCFunction::new_closure(
             py,
             None,
@@ -343,7 +313,7 @@ where
         )?;
         class.setattr(name, property.call1((read,))?)?;
     }
-    let names = Entry::<T>::names().iter().map(|n| PyString::new(py, n));
+    let names = names::<T>().iter().map(|n| PyString::new(py, n));
     class.setattr("__match_args__", PyTuple::new(py, names)?)?;
     Ok(())
 }
